@@ -12,6 +12,7 @@ class ValidationError(RlxError, ValueError):
     def __init__(self, message: str, *, index: int | None = None, kind: str | None = None,
                  field: str | None = None) -> None:
         self.index, self.kind, self.field = index, kind, field
+        self.bare_message = message
         where = []
         if index is not None:
             where.append(f"thunk {index}")
@@ -20,6 +21,11 @@ class ValidationError(RlxError, ValueError):
         if field is not None:
             where.append(f"field {field!r}")
         super().__init__(f"{' '.join(where)}: {message}" if where else message)
+
+
+    def at(self, index: int, kind: str) -> "ValidationError":
+        """The same error, located at thunk `index` of kind `kind`."""
+        return ValidationError(self.bare_message, index=index, kind=kind, field=self.field)
 
 
 class UnsupportedThunkError(RlxError, NotImplementedError):

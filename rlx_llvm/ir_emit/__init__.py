@@ -1,0 +1,14 @@
+"""LLVM IR emitters: one module per thunk family, registered in `registry`.
+
+Importing this package imports every family module, which fills `registry.LOWERINGS`.
+"""
+
+import importlib
+
+FAMILIES = ("nop", "elementwise", "casts")
+
+
+def load_all() -> None:
+    """Import every family module so that each registers its lowerings."""
+    for name in FAMILIES:
+        importlib.import_module(f"{__name__}.{name}")

@@ -1,0 +1,118 @@
+"""rlx_llvm's own threads: `EmitContext.parallel_for` on top of libgomp's `GOMP_parallel`.
+
+The thread count is a process-wide `int32` that native code reads at run time
+(`@rlx_num_threads`, set by `rlx_llvm.set_num_threads`), so changing it needs no recompile.
+It is capped at compile time by `MAX_THREADS` (the machine's cores), which sizes per-thread scratch.
+GNU OpenMP is not fork-safe: do not fork after the first parallel run (docs/architecture.md).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from .core import I32, I64, PTR, EmitContext
+
+MAX_THREADS = max(1, os.cpu_count() or 1)
+NUM_THREADS = ctypes.c_int32(MAX_THREADS)  # what @rlx_num_threads points at
+_registered = False
+
+
+def register_runtime() -> None:
+    """Load libgomp and publish `rlx_num_threads` to the JIT's symbol table (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    llvm.load_library_permanently(ctypes.util.find_library("gomp") or "libgomp.so.1")
+    llvm.add_symbol("rlx_num_threads", ctypes.addressof(NUM_THREADS))
+    _registered = True
+
+
+def set_threads(n: int) -> None:
+    """Threads rlx_llvm's own parallel loops use from now on (capped at MAX_THREADS)."""
+    NUM_THREADS.value = max(1, min(int(n), MAX_THREADS))
+
+
+def get_threads() -> int:
+    """Threads rlx_llvm's own parallel loops use."""
+    return int(NUM_THREADS.value)
+
+
+# The outlined body gets `[3 x ptr]`: arena, scratch base, and a pointer to the i64 per-thread
+# scratch stride (known only after the body is emitted).  Array GEPs keep llvmlite's pointer
+# types consistent where struct GEPs do not.
+_ARGS = ir.ArrayType(PTR, 3)
+
+
+def _num_threads_global(module: ir.Module) -> ir.GlobalVariable:
+    g = module.globals.get("rlx_num_threads")
+    if g is None:
+        g = ir.GlobalVariable(module, I32, "rlx_num_threads")
+        g.linkage = "external"
+    return g
+
+
+def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int) -> None:
+    """See `EmitContext.parallel_for`."""
+    register_runtime()
+    if n <= 0:
+        return
+    b = ctx.b
+    ctx._outlined += 1
+    outlined = ir.Function(ctx.module, ir.FunctionType(ir.VoidType(), [PTR]), name=f"{ctx.fn.name}.par{ctx._outlined}")
+    outlined.linkage = "internal"
+    outlined.attributes.add("nounwind")
+    data = outlined.args[0]
+    ob = ir.IRBuilder(outlined.append_basic_block("entry"))
+    field = [ob.gep(data, [I64(8 * k)], source_etype=ir.IntType(8)) for k in range(3)]
+    arena, scratch0, stride_at = (ob.load(f, typ=PTR) for f in field)
+    stride = ob.load(stride_at, typ=I64)
+    tid = ob.sext(ob.call(ctx.declare("omp_get_thread_num", ir.FunctionType(I32, [])), []), I64)
+    nt = ob.sext(ob.call(ctx.declare("omp_get_num_threads", ir.FunctionType(I32, [])), []), I64)
+    scratch = ob.gep(scratch0, [ob.mul(tid, stride)], source_etype=ir.IntType(8))
+    # chunk = ceil(ceil(n / grain) / nt) · grain;  [start, stop) = [tid·chunk, min(n, start + chunk))
+    units = (n + grain - 1) // grain
+    chunk = ob.mul(ob.udiv(ob.add(I64(units), ob.sub(nt, I64(1))), nt), I64(grain))
+    start = ob.mul(tid, chunk)
+    stop = ob.select(ob.icmp_signed("<", ob.add(start, chunk), I64(n)), ob.add(start, chunk), I64(n))
+    sub = EmitContext(ctx.module, outlined, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx._declare,
+                      arena=arena, scratch=scratch, builder=ob)
+    run = outlined.append_basic_block("run")
+    done = outlined.append_basic_block("done")
+    ob.cbranch(ob.icmp_signed("<", start, stop), run, done)
+    ob.position_at_end(run)
+    body(sub, start, stop)
+    if not ob.block.is_terminated:
+        if sub._streamed:
+            ob.fence("seq_cst")
+        ob.branch(done)
+    ob.position_at_end(done)
+    ob.ret_void()
+
+    stride_bytes = (sub.scratch_bytes + 63) // 64 * 64
+    base = ctx.scratch_alloc(stride_bytes * MAX_THREADS) if stride_bytes else 0
+    with b.goto_entry_block():
+        args = b.alloca(_ARGS, name="par.args")
+        stride_slot = b.alloca(I64, name="par.stride")
+    b.store(I64(stride_bytes), stride_slot)
+    for k, value in enumerate((ctx.arena, b.gep(ctx.scratch, [I64(base)], source_etype=ir.IntType(8)),
+                               stride_slot)):
+        b.store(value, b.gep(args, [I32(0), I32(k)], inbounds=True))
+    max_useful = max(1, min(MAX_THREADS, n // max(1, min_work), units))
+    want = b.load(_num_threads_global(ctx.module), typ=I32)
+    threads = b.select(b.icmp_signed("<", want, I32(max_useful)), want, I32(max_useful))
+    fork = ctx.fn.append_basic_block("par.fork")
+    inline = ctx.fn.append_basic_block("par.inline")
+    joined = ctx.fn.append_basic_block("par.joined")
+    b.cbranch(b.icmp_signed(">", threads, I32(1)), fork, inline)
+    b.position_at_end(fork)
+    gomp = ctx.declare("GOMP_parallel", ir.FunctionType(ir.VoidType(), [PTR, PTR, I32, I32]))
+    b.call(gomp, [outlined, args, threads, I32(0)])
+    b.branch(joined)
+    b.position_at_end(inline)
+    b.call(outlined, [args])  # omp_get_thread_num() = 0, omp_get_num_threads() = 1 outside a region
+    b.branch(joined)
+    b.position_at_end(joined)

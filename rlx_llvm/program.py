@@ -1,0 +1,311 @@
+"""compile(schedule) → Program: validate, plan native segments and fallbacks, emit, JIT, run."""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from llvmlite import ir
+
+from . import jit
+from .arena import ALIGNMENT, Arena
+from .errors import ExecutionError, ValidationError
+from .ir_emit import registry
+from .ir_emit.core import I32, I64, PTR, EmitContext, snake
+from .validate import validate_schedule
+
+# `i64 segment(ptr arena, ptr scratch)`; a CFUNCTYPE call releases the GIL while native code runs.
+_DRIVER = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+
+
+@dataclass
+class ThunkReport:
+    """One row of `Program.report()`."""
+
+    index: int
+    kind: str
+    path: str
+    symbol: str
+    emit_ms: float
+
+
+@dataclass
+class Report:
+    """Per-thunk lowering paths plus module-level compile timings."""
+
+    rows: list[ThunkReport]
+    timings_ms: dict[str, float]
+    from_cache: bool
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> ThunkReport:
+        return self.rows[i]
+
+    def __str__(self) -> str:
+        lines = [f"{'#':>4}  {'kind':<28} {'path':<6} {'symbol':<40} emit ms"]
+        lines += [f"{r.index:>4}  {r.kind:<28} {r.path:<6} {r.symbol:<40} {r.emit_ms:7.2f}" for r in self.rows]
+        t = ", ".join(f"{k} {v:.1f} ms" for k, v in self.timings_ms.items())
+        lines.append(f"module: {t}" + (" (object loaded from cache)" if self.from_cache else ""))
+        return "\n".join(lines)
+
+
+@dataclass
+class _NativeStep:
+    symbol: str
+    indices: list[int]
+    fn: Callable | None = None
+
+
+@dataclass
+class _FallbackStep:
+    index: int
+    thunk: object
+    run: Callable
+
+
+def _plan(schedule) -> list:
+    steps: list = []
+    for i, t in enumerate(schedule.thunks):
+        low = registry.LOWERINGS[type(t).__name__]
+        if low.emit is not None:
+            if not steps or not isinstance(steps[-1], _NativeStep):
+                steps.append(_NativeStep(f"segment{sum(isinstance(s, _NativeStep) for s in steps)}", []))
+            steps[-1].indices.append(i)
+        else:
+            steps.append(_FallbackStep(i, t, low.run))
+    return steps
+
+
+class _ModuleBuilder:
+    """One LLVM module: a function per native thunk and a driver per segment."""
+
+    def __init__(self, schedule, lanes: int) -> None:
+        self.schedule, self.lanes = schedule, lanes
+        self.module = ir.Module(name="rlx_schedule")
+        self.module.triple = jit.host().triple
+        self.symbols: dict[int, str] = {}
+        self.emit_ms: dict[int, float] = {}
+        self.scratch_bytes = 0
+
+    def declare(self, name: str, fnty: ir.FunctionType) -> ir.Function:
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        return ir.Function(self.module, fnty, name=name)
+
+    def thunk_function(self, index: int, thunk) -> ir.Function:
+        name = f"t{index}_{snake(type(thunk).__name__)}"
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR]), name=name)
+        fn.args[0].name, fn.args[1].name = "arena", "scratch"
+        for arg in fn.args:
+            arg.add_attribute("noalias")
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")  # keeps each thunk a separate, inspectable symbol
+        t0 = time.perf_counter()
+        ctx = EmitContext(self.module, fn, index, thunk, self.schedule, self.lanes, self.declare)
+        registry.LOWERINGS[type(thunk).__name__].emit(ctx, thunk)
+        ctx.finish()
+        self.scratch_bytes = max(self.scratch_bytes, ctx.scratch_bytes)
+        self.emit_ms[index] = (time.perf_counter() - t0) * 1e3
+        self.symbols[index] = name
+        self.module.add_named_metadata("rlx.thunks", [ir.MetaDataString(self.module, f"{name}: {thunk!r}")])
+        return fn
+
+    def driver(self, step: _NativeStep, fns: list[ir.Function]) -> None:
+        """`i64 @segmentN(ptr, ptr)`: call each thunk; return 0, or (index + 1) << 32 | status."""
+        drv = ir.Function(self.module, ir.FunctionType(I64, [PTR, PTR]), name=step.symbol)
+        drv.attributes.add("nounwind")
+        b = ir.IRBuilder(drv.append_basic_block("entry"))
+        for index, fn in zip(step.indices, fns):
+            status = b.call(fn, list(drv.args))
+            failed = drv.append_basic_block(f"failed.t{index}")
+            ok = drv.append_basic_block(f"after.t{index}")
+            b.cbranch(b.icmp_unsigned("!=", status, I32(0)), failed, ok)
+            b.position_at_end(failed)
+            b.ret(b.or_(I64((index + 1) << 32), b.zext(status, I64)))
+            b.position_at_end(ok)
+        b.ret(I64(0))
+
+
+def _resolve_cache(cache) -> "jit.ObjectCache | None":
+    if cache is False or (cache is None and not jit.cache_enabled_by_env()):
+        return None
+    if isinstance(cache, jit.ObjectCache):
+        return cache
+    if isinstance(cache, (str, os.PathLike)):
+        return jit.ObjectCache(cache)
+    return jit.ObjectCache()
+
+
+def compile(schedule, *, opt_level: int = 3, cache: "bool | str | os.PathLike | jit.ObjectCache | None" = None
+            ) -> "Program":
+    """Validate `schedule`, lower every thunk, JIT the native segments and return a Program."""
+    from . import ir_emit  # noqa: F401  (fills the registry)
+    from .ir_emit import load_all
+    load_all()
+    validate_schedule(schedule, registry.LOWERINGS)
+    if opt_level not in (0, 1, 2, 3):
+        raise ValidationError(f"opt_level must be 0..3, got {opt_level!r}")
+    return Program(schedule, opt_level, _resolve_cache(cache))
+
+
+class Program:
+    """A compiled schedule: `run(arena)` executes it; `report/llvm_ir/asm` inspect it."""
+
+    def __init__(self, schedule, opt_level: int, cache) -> None:
+        self.schedule = schedule
+        self.opt_level = opt_level
+        self._steps = _plan(schedule)
+        t0 = time.perf_counter()
+        mb = _ModuleBuilder(schedule, jit.host().lanes(32))
+        for step in self._steps:
+            if isinstance(step, _NativeStep):
+                fns = [mb.thunk_function(i, schedule.thunks[i]) for i in step.indices]
+                mb.driver(step, fns)
+        self._symbols = mb.symbols
+        self.scratch_bytes: int = mb.scratch_bytes
+        """Bytes of per-thread scratch the native code needs (allocated lazily per calling thread)."""
+        self._scratch = threading.local()
+        self._emit_ms = mb.emit_ms
+        self._ir = str(mb.module)
+        emit_ms = (time.perf_counter() - t0) * 1e3
+        self._engine = None
+        self._code = None
+        self._asm: str | None = None
+        timings = {"emit": emit_ms}
+        if any(isinstance(s, _NativeStep) for s in self._steps):
+            self._code = jit.compile_ir(self._ir, opt=opt_level, cache=cache)
+            t1 = time.perf_counter()
+            self._engine = jit.Engine()
+            self._engine.load(self._code)
+            for step in self._steps:
+                if isinstance(step, _NativeStep):
+                    step.fn = _DRIVER(self._engine.address(step.symbol))
+            timings.update(self._code.timings_ms)
+            timings["load"] = (time.perf_counter() - t1) * 1e3
+        self._timings = timings
+        self.compile_ms: float = (time.perf_counter() - t0) * 1e3
+        """Wall time of the whole compile (emit + optimize + codegen, or cache load)."""
+
+    # ── running ──
+    def run(self, arena: "Arena | np.ndarray") -> None:
+        """Execute the schedule on `arena` (an Arena, or a 64-byte-aligned writable uint8 array)."""
+        buf = _arena_bytes(arena, self.schedule.arena_bytes)
+        address, scratch = buf.ctypes.data, self._thread_scratch()
+        for step in self._steps:
+            if isinstance(step, _NativeStep):
+                status = step.fn(address, scratch)
+                if status:
+                    index, code = (status >> 32) - 1, status & 0xFFFFFFFF
+                    kind = type(self.schedule.thunks[index]).__name__
+                    raise ExecutionError(f"native kernel failed with status {code}", index=index, kind=kind,
+                                         status=code)
+            else:
+                try:
+                    step.run(buf, step.thunk)
+                except ExecutionError:
+                    raise
+                except Exception as exc:  # a fallback's own failure, located
+                    raise ExecutionError(f"{type(exc).__name__}: {exc}", index=step.index,
+                                         kind=type(step.thunk).__name__) from exc
+
+    __call__ = run
+
+    def _thread_scratch(self) -> int:
+        """Address of this thread's scratch buffer (64-byte aligned), allocated on first use."""
+        if not self.scratch_bytes:
+            return 0
+        mem = getattr(self._scratch, "mem", None)
+        if mem is None:
+            raw = np.empty(self.scratch_bytes + ALIGNMENT, dtype=np.uint8)
+            start = (-raw.ctypes.data) % ALIGNMENT
+            self._scratch.raw = raw
+            self._scratch.mem = mem = raw[start:start + self.scratch_bytes]
+        return mem.ctypes.data
+
+    # ── inspection ──
+    def report(self) -> Report:
+        """Per thunk: index, kind, lowering path, symbol and emit time; plus module timings."""
+        rows = []
+        for i, t in enumerate(self.schedule.thunks):
+            low = registry.LOWERINGS[type(t).__name__]
+            rows.append(ThunkReport(i, type(t).__name__, low.path, self._symbols.get(i, f"<python:{low.run.__name__}>"
+                                                                                  if low.run else ""),
+                                    round(self._emit_ms.get(i, 0.0), 3)))
+        return Report(rows, {k: round(v, 2) for k, v in self._timings.items()},
+                      bool(self._code and self._code.from_cache))
+
+    def llvm_ir(self, optimized: bool = False, thunk: int | None = None) -> str:
+        """LLVM IR as emitted (or after O3 with `optimized=True`), whole or for thunk index `thunk`."""
+        text = self._code.optimized_ir if optimized and self._code else self._ir
+        if thunk is None:
+            return text
+        return _extract_function(text, self._symbol_of(thunk), header=f"; thunk {thunk}: "
+                                 f"{self.schedule.thunks[thunk]!r}")
+
+    def asm(self, thunk: int | None = None) -> str:
+        """Host assembly of the optimized module, whole or for thunk index `thunk`."""
+        if self._code is None:
+            return ""
+        if self._asm is None:
+            self._asm = jit.assembly(self._code.optimized_ir)
+        if thunk is None:
+            return self._asm
+        return _extract_asm(self._asm, self._symbol_of(thunk))
+
+    def _symbol_of(self, thunk: int) -> str:
+        if thunk not in self._symbols:
+            raise ValidationError(f"thunk {thunk} has no native function (path "
+                                  f"{self.report()[thunk].path if 0 <= thunk < len(self.schedule.thunks) else '?'})")
+        return self._symbols[thunk]
+
+    def __repr__(self) -> str:
+        n = sum(len(s.indices) for s in self._steps if isinstance(s, _NativeStep))
+        return f"<Program: {len(self.schedule.thunks)} thunks, {n} native, {self.compile_ms:.0f} ms compile>"
+
+
+def _arena_bytes(arena, needed: int) -> np.ndarray:
+    buf = arena.bytes if isinstance(arena, Arena) else arena
+    if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1 \
+            or not buf.flags.c_contiguous or not buf.flags.writeable:
+        raise ValidationError("the arena must be an Arena or a writable, contiguous 1-D uint8 array")
+    if buf.size < needed:
+        raise ValidationError(f"the arena has {buf.size} bytes; the schedule needs {needed}")
+    if buf.ctypes.data % ALIGNMENT:
+        raise ValidationError(f"the arena must be {ALIGNMENT}-byte aligned (use rlx_llvm.Arena)")
+    return buf
+
+
+def _extract_function(text: str, symbol: str, header: str = "") -> str:
+    lines = text.splitlines()
+    out, inside = [], False
+    for line in lines:
+        if line.startswith("define") and f"@{symbol}(" in line or line.startswith("define") and f'@"{symbol}"(' in line:
+            inside = True
+        if inside:
+            out.append(line)
+            if line.startswith("}"):
+                break
+    return "\n".join(([header] if header else []) + out)
+
+
+def _extract_asm(text: str, symbol: str) -> str:
+    lines = text.splitlines()
+    out, inside = [], False
+    for line in lines:
+        if line.startswith(f"{symbol}:"):
+            inside = True
+        if inside:
+            out.append(line)
+            if line.strip().startswith(".Lfunc_end") or line.strip().startswith(f".size\t{symbol}"):
+                break
+    return "\n".join(out)
