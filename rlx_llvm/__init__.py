@@ -1,0 +1,31 @@
+"""rlx_llvm — run RLX CPU thunk schedules as native code, JIT-compiled with LLVM at run time.
+
+    import rlx_llvm as rl
+    from rlx_llvm import thunks as T
+    arena = rl.Arena(1 << 20)
+    prog = rl.compile(rl.ThunkSchedule([T.Copy(src=0, dst=4096, len=1024)], arena_bytes=arena.nbytes))
+    prog.run(arena)
+"""
+from __future__ import annotations
+
+from . import ops
+from .arena import Arena
+from .coverage import coverage
+from .dtypes import DType, HalfKind, LaneKind
+from .errors import ExecutionError, RlxError, UnsupportedThunkError, ValidationError
+from .ops import (Activation, AttentionBwdWrt, BinaryOp, ChainOperand, ChainStep, CmpOp, MaskKind,
+                  QuantScheme, ReduceOp, RngBackend, RngOptions, ScaledFormat, ScaleLayout, ScaleMode,
+                  ScatterNdReduction, SteKind)
+from .program import Program, compile
+try:
+    from .schedule import ThunkSchedule
+except ImportError:  # TEMP during bring-up
+    pass
+
+__version__ = "0.1.0"
+
+__all__ = ["Arena", "Program", "ThunkSchedule", "compile", "coverage", "thunks", "ops",
+           "RlxError", "ValidationError", "UnsupportedThunkError", "ExecutionError",
+           "DType", "LaneKind", "HalfKind", "Activation", "AttentionBwdWrt", "BinaryOp", "ChainOperand",
+           "ChainStep", "CmpOp", "MaskKind", "QuantScheme", "ReduceOp", "RngBackend", "RngOptions",
+           "ScaledFormat", "ScaleLayout", "ScaleMode", "ScatterNdReduction", "SteKind", "__version__"]
