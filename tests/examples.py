@@ -1,0 +1,62 @@
+"""One small valid instance of every lowered thunk kind, laid out in disjoint arena slots.
+
+Used by the sentinel test (nothing outside the declared outputs changes) and as the seeds the
+fuzzer mutates.
+"""
+from __future__ import annotations
+
+from rlx_llvm import thunks as T
+from rlx_llvm.dtypes import DType, LaneKind
+from rlx_llvm.ops import Activation, BinaryOp, ChainOperand as In, ChainStep as S, CmpOp
+
+SLOT = 1024  # bytes per slot: room for 40 elements of up to 16 bytes
+N = 40
+CASTS = ["CastF32ToI64", "CastF32ToF64", "CastF64ToF32", "CastF64ToI64", "CastF64ToI32", "CastF64ToBool",
+         "CastI64ToI32", "CastI64ToF64", "CastI32ToF64", "CastF32ToF16", "CastF16ToF32", "CastF32ToBf16",
+         "CastBf16ToF32", "CastF32ToI32", "CastI64ToF32", "CastBoolToI32", "CastBoolToF32", "CastF32ToBool",
+         "CastI32ToF32", "CastI32ToI64", "CastI32ToBool", "CastI64ToBool", "CastBoolToI64"]
+
+
+def slots(k: int) -> list[int]:
+    """Offsets of k consecutive fresh slots (call per thunk)."""
+    return [i * SLOT for i in range(k)]
+
+
+def examples() -> list[tuple[object, int]]:
+    """(thunk, arena_bytes) pairs; each thunk uses slots from 0 upwards of its own arena."""
+    a, b, c, d, e = slots(5)
+    out = [
+        T.ElementwiseRegion(dst=c, len=N, input_offs=(a, b), chain=(
+            S.Binary(BinaryOp.Add, In.Input(0), In.Input(1)), S.Activation(Activation.Gelu, In.Step(0)))),
+        T.ElementwiseRegion(dst=c, len=N, input_offs=(a, b), input_modulus=(0, 8), in_lanes=(LaneKind.Bf16,
+                            LaneKind.F16), out_lane=LaneKind.F64,
+                            chain=(S.Compare(CmpOp.Lt, In.Input(0), In.Input(1)),
+                                   S.Where(In.Step(0), In.Input(0), In.Input(1)), S.Cast(DType.I8, In.Step(1)))),
+        T.Copy(src=a, dst=b, len=N), T.CopyF64(src=a, dst=b, len=N), T.CopyI64(src=a, dst=b, len=N),
+        T.CastGeneric(src=a, dst=b, len=N, src_dtype=DType.U8, dst_dtype=DType.BF16),
+        T.CastGeneric(src=a, dst=b, len=N, src_dtype=DType.C128, dst_dtype=DType.I16),
+        T.RoundHalf(src=a, dst=b, len=N, bf16=True),
+        T.BinaryFull(lhs=a, rhs=b, dst=c, len=N, lhs_len=N, rhs_len=N, op=BinaryOp.Pow, out_dims_bcast=(),
+                     bcast_lhs_strides=(), bcast_rhs_strides=(), elem_bytes=4),
+        T.BinaryFull(lhs=a, rhs=b, dst=c, len=N, lhs_len=8, rhs_len=5, op=BinaryOp.Sub, out_dims_bcast=(8, 5),
+                     bcast_lhs_strides=(1, 0), bcast_rhs_strides=(0, 1), elem_bytes=8),
+        T.BinaryFullF64(lhs=a, rhs=b, dst=c, len=N, lhs_len=N, rhs_len=1, op=BinaryOp.Max, out_dims_bcast=(),
+                        bcast_lhs_strides=(), bcast_rhs_strides=()),
+        T.BinaryFullC64(lhs=a, rhs=b, dst=c, len=N, lhs_len=N, rhs_len=N, op=BinaryOp.Div, out_dims_bcast=(),
+                        bcast_lhs_strides=(), bcast_rhs_strides=()),
+        T.BiasAdd(src=a, bias=b, dst=c, m=5, n=8),
+        T.ActivationInPlace(data=a, len=N, act=Activation.Mish),
+        T.ActivationF64(src=a, dst=b, len=N, kind=Activation.Softplus),
+        T.ActivationC64(src=a, dst=b, len=N, kind=Activation.Sqrt),
+        T.Compare(lhs=a, rhs=b, dst=c, len=N, op=CmpOp.Ge, inputs_i64=0, inputs_elem_bytes=4, dst_elem_bytes=1,
+                  lhs_scalar=False, rhs_scalar=True, lhs_len=N, rhs_len=1, out_dims_bcast=(),
+                  bcast_lhs_strides=(), bcast_rhs_strides=()),
+        T.Where(cond=a, on_true=b, on_false=c, dst=d, len=N, elem_bytes=8, cond_elem_bytes=1, cond_scalar=False,
+                true_scalar=True, false_scalar=False),
+        T.Fma(a=a, b=b, c=c, dst=d, len=N, elem_bytes=4),
+        T.SgdMomentum(param=a, vel=b, grad=c, p_out=d, v_out=e, lr=0.1, mom=0.9, len=N),
+        T.ComplexNormSqF32(src=a, dst=b, len=N), T.ComplexNormSqBackwardF32(z=a, g=b, dz=c, len=N),
+        T.ConjugateC64(src=a, dst=b, len=N),
+    ]
+    out += [getattr(T, k)(src=a, dst=b, len=N) for k in CASTS]
+    return [(t, 6 * SLOT) for t in out]
