@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from . import ops
+from . import ops, thunks
 from .arena import Arena
 from .coverage import coverage
 from .dtypes import DType, HalfKind, LaneKind
@@ -17,10 +17,7 @@ from .ops import (Activation, AttentionBwdWrt, BinaryOp, ChainOperand, ChainStep
                   QuantScheme, ReduceOp, RngBackend, RngOptions, ScaledFormat, ScaleLayout, ScaleMode,
                   ScatterNdReduction, SteKind)
 from .program import Program, compile
-try:
-    from .schedule import ThunkSchedule
-except ImportError:  # TEMP during bring-up
-    pass
+from .schedule import ThunkSchedule
 
 __version__ = "0.1.0"
 

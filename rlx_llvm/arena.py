@@ -10,7 +10,10 @@ ALIGNMENT = 64
 
 
 def _as_dtype(dtype: "DType | str | np.dtype | type") -> np.dtype:
-    return DType.parse(dtype).numpy
+    try:
+        return DType.parse(dtype).numpy
+    except ValueError:
+        return np.dtype(dtype)  # any other NumPy dtype (e.g. uint16 for raw half bits)
 
 
 class Arena:

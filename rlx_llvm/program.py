@@ -280,7 +280,7 @@ def _arena_bytes(arena, needed: int) -> np.ndarray:
         raise ValidationError("the arena must be an Arena or a writable, contiguous 1-D uint8 array")
     if buf.size < needed:
         raise ValidationError(f"the arena has {buf.size} bytes; the schedule needs {needed}")
-    if buf.ctypes.data % ALIGNMENT:
+    if buf.size and buf.ctypes.data % ALIGNMENT:
         raise ValidationError(f"the arena must be {ALIGNMENT}-byte aligned (use rlx_llvm.Arena)")
     return buf
 

@@ -8,11 +8,24 @@ def _overlap(a, b) -> bool:
     return a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
 
 
+USIZE_MAX = 2**64 - 1
+
+
+def _check_absent_buffers(thunk) -> None:
+    """`usize::MAX` means "no buffer": fine where the thunk would not touch it, an error otherwise."""
+    raw = (*getattr(thunk, "_reads", tuple)(), *getattr(thunk, "_writes", tuple)())
+    for ext in raw:
+        if ext.offset == USIZE_MAX and ext.nbytes > 0:
+            raise ValidationError(f"is usize::MAX (no buffer) but the thunk needs {ext.nbytes} bytes there",
+                                  field=ext.field)
+
+
 def validate_thunk(index: int, thunk, arena_bytes: int, lowering) -> None:
     """Field ranges, extents inside the arena, no hazardous overlaps, the lowering's own checks."""
     kind = type(thunk).__name__
     try:
         thunk.check_fields()
+        _check_absent_buffers(thunk)
         reads, writes = thunk.reads(), thunk.writes()
         for ext in (*reads, *writes):
             if ext.offset < 0 or ext.offset + ext.nbytes > arena_bytes:

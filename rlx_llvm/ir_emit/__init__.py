@@ -5,7 +5,7 @@ Importing this package imports every family module, which fills `registry.LOWERI
 
 import importlib
 
-FAMILIES = ("nop", "elementwise", "casts")
+FAMILIES = ("nop", "region", "elementwise", "casts")
 
 
 def load_all() -> None:

@@ -246,8 +246,13 @@ def _retype(value: ir.Value, ty: ir.Type) -> ir.Type:
 
 
 def bf16_bits_to_f32(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
-    """bf16 bit pattern (i16) → f32: the bits are the top half of the f32 (exact)."""
+    """bf16 bit pattern (i16) → f32: the bits are the top half of the f32 (exact).
+
+    A NaN also gets its quiet bit set, as Rust `half::bf16::to_f32` does.
+    """
     wide = b.zext(bits, _retype(bits, I32))
+    nan = b.icmp_unsigned(">", b.and_(wide, splat_like(wide, I32, 0x7FFF)), splat_like(wide, I32, 0x7F80))
+    wide = b.select(nan, b.or_(wide, splat_like(wide, I32, 0x40)), wide)
     return b.bitcast(b.shl(wide, splat_like(wide, I32, 16)), _retype(bits, F32))
 
 

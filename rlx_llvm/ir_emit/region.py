@@ -98,28 +98,18 @@ def _read_input(ctx: EmitContext, t, i: int, gid: ir.Value, w: int, scalars: dic
 
 
 def _gather_lanes(ctx: EmitContext, lane, off: int, gid: ir.Value, m: int, w: int) -> ir.Value:
-    """Tiled input whose period is not a multiple of W: gather lanes (gid + j) mod m."""
+    """Tiled input whose period is not a multiple of W: lanes (gid + j) mod m, one load each.
+
+    (llvmlite builds no vector GEPs, so there is no vector of pointers for `llvm.masked.gather`;
+    LLVM's SLP vectorizer may still merge these loads.)
+    """
     b = ctx.b
-    vty = ir.VectorType(I64, w)
-    idx = b.add(_splat(b, gid, w), ir.Constant(vty, [ir.Constant(I64, j) for j in range(w)]))
-    rows = b.urem(idx, ir.Constant(vty, [ir.Constant(I64, m)] * w))
     storage = STORAGE[lane.dtype]
-    ptrs = ctx.b.gep(ctx.addr(off), [rows], source_etype=storage, inbounds=True)
-    gather = ctx.intrinsic(f"llvm.masked.gather.v{w}{_suffix(storage)}.v{w}p0",
-                           ir.VectorType(storage, w),
-                           [ir.VectorType(ir.PointerType(), w), I32, ir.VectorType(ir.IntType(1), w),
-                            ir.VectorType(storage, w)])
-    raw = b.call(gather, [ptrs, I32(_sizeof_storage(storage)), const(ir.IntType(1), 1, w),
-                          ir.Constant(ir.VectorType(storage, w), None)])
+    raw = ir.Constant(ir.VectorType(storage, w), None)
+    for j in range(w):
+        row = b.urem(b.add(gid, I64(j)), I64(m))
+        raw = b.insert_element(raw, ctx.load(off, storage, row), I32(j))
     return widen_to_f32(b, lane.dtype, raw)
-
-
-def _suffix(ty: ir.Type) -> str:
-    return {"float": "f32", "double": "f64", "half": "f16"}.get(str(ty), str(ty))
-
-
-def _sizeof_storage(ty: ir.Type) -> int:
-    return {"float": 4, "double": 8, "half": 2}.get(str(ty)) or ty.width // 8
 
 
 def _splat(b: ir.IRBuilder, x: ir.Value, w: int) -> ir.Value:

@@ -13,8 +13,10 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
 
 
 def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    """bf16 bit patterns → f32 (exact)."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    """bf16 bit patterns → f32 (exact); a NaN gets its quiet bit set, as Rust `half` does."""
+    wide = np.asarray(bits, dtype=np.uint16).astype(np.uint32)
+    wide = np.where((wide & 0x7FFF) > 0x7F80, wide | 0x40, wide)
+    return (wide << 16).view(np.float32)
 
 
 def f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
