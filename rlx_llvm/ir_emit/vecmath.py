@@ -1,0 +1,680 @@
+"""Vectorizable transcendental functions, emitted as straight-line LLVM IR.
+
+Every public function takes an `llvmlite.ir.IRBuilder` and values of type `float`, `double`,
+`<W x float>` or `<W x double>` and returns a value of the same type.  The code is range
+reduction + polynomial, with 2^n built from integer exponent bits; the only intrinsics used are
+single instructions on AVX-512 (`llvm.fma`, `llvm.fabs`, `llvm.floor`, `llvm.trunc`, `llvm.rint`,
+`llvm.minnum/maxnum`, `llvm.sqrt`, `llvm.copysign`, `llvm.fptosi.sat`).  There are no libm calls and
+no `llvm.exp`/`llvm.sin`/... intrinsics (x86 would scalarize those into libm calls), so a
+`<16 x float>` loop stays 16 lanes wide.  No `nnan`/`ninf` fast-math flag is ever set: ±inf and NaN
+inputs give the IEEE / C99 results.
+
+Algorithms, coefficient derivation and the measured errors are in docs/transcendentals.md.
+Which element types each function supports: everything here works for f32 and f64, except
+`erfc`, which is f32 only.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+I1 = ir.IntType(1)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+
+# ── polynomial coefficients (lowest degree first) ────────────────────────────
+# Chebyshev fits (mpmath.chebyfit, 60 digits) of the auxiliary functions named in each comment,
+# rounded to the working precision; see docs/transcendentals.md for the script.
+
+# (e^r − 1 − r)/r², r ∈ [−ln2/2, ln2/2]
+EXP_P = {
+    F32: (0.5, 0.16666576266288757, 0.04166655242443085, 0.008363292552530766, 0.0013926326064392924),
+    F64: (0.5, 0.1666666666666667, 0.04166666666666667, 0.008333333333326025, 0.001388888888888367,
+          0.00019841269875205077, 2.4801587325822283e-05, 2.75572549134867e-06, 2.7557273295539724e-07,
+          2.5105419192016337e-08, 2.091483135138041e-09),
+}
+# (log1p(f) − f)/f², f ∈ [√½ − 1, √2 − 1]   (f32)
+LOG_Q_F32 = (-0.4999999701976776, 0.333333283662796, -0.25000813603401184, 0.2000134140253067,
+             -0.16625535488128662, 0.14201240241527557, -0.1313554048538208, 0.12754997611045837,
+             -0.07693386822938919)
+# 2(atanh(s) − s)/s³ as a function of z = s², |s| ≤ 3 − 2√2   (f64: log1p(f) = 2·atanh(f/(2+f)))
+LOG_R_F64 = (0.6666666666666666, 0.40000000000001007, 0.2857142857072325, 0.22222222409750114,
+             0.18181793732111753, 0.15386342449645143, 0.13266048812203002, 0.131148348695975)
+# (tanh(x) − x)/x³ as a function of z = x², |x| ≤ 0.55   (f32)
+TANH_P_F32 = (-0.3333333134651184, 0.1333310604095459, -0.05390780791640282, 0.021299486979842186,
+              -0.006591692566871643)
+# erf(x)/x − 1 as a function of z = x², |x| ≤ 0.5 (the constant term is 2/√π − 1 to full precision,
+# so erf = x + x·P(z) rounds like a single fma)
+ERF_P = {
+    F32: (0.12837916709551257, -0.37612608075141907, 0.11282803118228912, -0.02675563469529152,
+          0.004714318085461855),
+    F64: (0.1283791670955126, -0.3761263890318345, 0.11283791670923238, -0.026866170632147555,
+          0.005223977360401588, -0.00085482965935455, 0.00012053276387318782, -1.4844308536294882e-05,
+          1.4709519034055563e-06),
+}
+# g(x) = ln(erfc(x)) + x², piecewise on [lo, hi), as a polynomial in (x − mid)
+ERFC_G_F32 = (  # pieces [0.5, 1.25) [1.25, 2.5) [2.5, 5) [5, 10.25]
+    (1.25, 0.875, (-0.7671994566917419, -0.6802197098731995, 0.1734583079814911, -0.046896036714315414,
+                   0.011323336511850357, -0.002144444966688752, 0.00020085905271116644,
+                   6.330515316221863e-05, -3.9994458347791806e-05)),
+    (2.5, 1.875, (-1.3114466667175293, -0.43802371621131897, 0.08277314901351929, -0.018370382487773895,
+                  0.004061658401042223, -0.0008410304435528815, 0.0001543161051813513,
+                  -2.2020585674908943e-05, 1.3271345551402192e-06)),
+    (5.0, 3.75, (-1.9269627332687378, -0.2504040598869324, 0.029633671045303345, -0.004437028896063566,
+                 0.0007104649557732046, -0.0001150854877778329, 1.847419662226457e-05,
+                 -3.1018462323118e-06, 4.5552496885647997e-07)),
+    (math.inf, 7.625, (-2.6122195720672607, -0.12898306548595428, 0.008185324259102345,
+                       -0.0006818824913352728, 6.291048339335248e-05, -6.036684226273792e-06,
+                       5.999019663249783e-07, -7.177673921887617e-08, 7.2458754551973925e-09)),
+)
+ERFC_G_F64 = (  # pieces [0.5, 1.5) [1.5, 3) [3, 6]
+    (1.5, 1.0, (-0.8496055099332482, -0.6389675142347913, 0.15689274364151445, -0.041561098046523845,
+                0.010033825434310048, -0.0019779030210815797, 0.00023732470727622442,
+                2.627036995725534e-05, -2.7141086180364213e-05, 9.57732828003227e-06,
+                -2.0189017269749675e-06, 1.0350273207778775e-07, 1.2568263082106658e-07,
+                -6.608954059915894e-08, 1.8397209172104108e-08, -2.2842045497927597e-09)),
+    (3.0, 2.25, (-1.4649598963658184, -0.3829138105445521, 0.06513243312188384, -0.013312548394200369,
+                 0.0027713368321659426, -0.000554840909815998, 0.0001026377882550421,
+                 -1.6603895359953798e-05, 2.0482876528854938e-06, -7.209594642483789e-08,
+                 -6.162147470208592e-08, 2.66203740679734e-08, -7.354951526389415e-09,
+                 1.5759638251718497e-09, -2.3993069880959475e-10, 1.3966335110585718e-11)),
+    (math.inf, 4.5, (-2.0997683034359405, -0.2124012752861617, 0.021637110340649728,
+                     -0.002825260853433405, 0.00039943384148070595, -5.798295049629301e-05,
+                     8.43203366710788e-06, -1.2102891588503223e-06, 1.6948917877395433e-07,
+                     -2.288478790649615e-08, 2.9316978266687325e-09, -3.4752170741157373e-10,
+                     3.6876923980230527e-11, -2.930112763499166e-12, -1.7862704265707722e-13,
+                     9.559574580550395e-14)),
+)
+# (sin(r) − r)/r³ and (cos(r) − 1 + r²/2)/r⁴ as functions of z = r², |r| ≤ π/4·1.01
+SIN_S = {
+    F32: (-0.1666666716337204, 0.008333331905305386, -0.00019840039021801203, 2.7243811473454116e-06),
+    F64: (-0.16666666666666666, 0.008333333333333331, -0.0001984126984126457, 2.755731921895673e-06,
+          -2.5052106100926675e-08, 1.605851097953535e-10, -7.58549250782124e-13),
+}
+COS_C = {
+    F32: (0.0416666641831398, -0.0013888279208913445, 2.4542896426282823e-05),
+    F64: (0.041666666666666664, -0.0013888888888887241, 2.4801587298533456e-05, -2.755731715246704e-07,
+          2.087612165887116e-09, -1.1380876948169717e-11),
+}
+# (atan(u) − u)/u³ as a function of z = u², |u| ≤ tan(π/8)·1.01
+ATAN_A = {
+    F32: (-0.3333333432674408, 0.19999974966049194, -0.14284035563468933, 0.11069243401288986,
+          -0.08609013259410858, 0.05008123442530632),
+    F64: (-0.3333333333333333, 0.19999999999999762, -0.1428571428564902, 0.11111111104112661,
+          -0.09090908702135936, 0.07692294904896305, -0.06666398746388635, 0.05878631460320977,
+          -0.05228284767565546, 0.045417954500753324, -0.034321082112901316, 0.016012008547392122),
+}
+
+# ln2 split for Cody–Waite: n·LN2_HI is exact for every n the reductions produce.
+LN2_HI = {F32: 0.693145751953125, F64: 0.6931471803691238}
+LN2_LO = {F32: 1.428606765330187e-06, F64: 1.9082149292705877e-10}
+# π/2 in three doubles (≈159 bits), used with fma for sin/cos/tan reduction (f32 reduces in f64).
+PIO2 = (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)
+# π/4, π/2, π as hi + lo of the working precision (atan / atan2 offsets)
+_PI = {"pio4": math.pi / 4, "pio2": math.pi / 2, "pi": math.pi}
+
+
+class _Fmt:
+    """Facts about one float format."""
+
+    def __init__(self, fty: ir.Type) -> None:
+        self.fty = fty
+        self.is64 = isinstance(fty, ir.DoubleType)
+        self.ity = I64 if self.is64 else I32
+        self.mant = 52 if self.is64 else 23
+        self.bias = 1023 if self.is64 else 127
+        self.tiny = 2.0 ** (-1022 if self.is64 else -126)  # smallest normal
+
+
+# Low parts of π-multiples in double (π = PI_HI + PI_LO exactly to ~107 bits).
+_PI_LO = {math.pi / 4: 3.061616997868383e-17, math.pi / 2: 6.123233995736766e-17,
+          math.pi: 1.2246467991473532e-16}
+
+
+# ── types and constants ─────────────────────────────────────────────────────
+
+def width(x: ir.Value) -> int:
+    """Lanes of a value (1 for a scalar)."""
+    return x.type.count if isinstance(x.type, ir.VectorType) else 1
+
+
+def elem_type(x: ir.Value) -> ir.Type:
+    """The scalar element type of a scalar or vector value."""
+    return x.type.element if isinstance(x.type, ir.VectorType) else x.type
+
+
+def _fmt(x: ir.Value) -> _Fmt:
+    ety = elem_type(x)
+    if not isinstance(ety, (ir.FloatType, ir.DoubleType)):
+        raise TypeError(f"vecmath expects float or double values, got {x.type}")
+    return _Fmt(ety)
+
+
+def shaped(ety: ir.Type, w: int) -> ir.Type:
+    """`ety` or `<w x ety>`."""
+    return ety if w == 1 else ir.VectorType(ety, w)
+
+
+def splat(like: ir.Value, value, ety: ir.Type | None = None) -> ir.Constant:
+    """A constant of element type `ety` (default: like's) with the shape of `like`."""
+    ety = ety or elem_type(like)
+    if isinstance(ety, (ir.FloatType, ir.DoubleType)):
+        value = float(value)
+    c = ir.Constant(ety, value)
+    w = width(like)
+    return c if w == 1 else ir.Constant(ir.VectorType(ety, w), [c] * w)
+
+
+def _mangle(ty: ir.Type) -> str:
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{_mangle(ty.element)}"
+    if isinstance(ty, ir.FloatType):
+        return "f32"
+    if isinstance(ty, ir.DoubleType):
+        return "f64"
+    return f"i{ty.width}"
+
+
+def intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value], ret: ir.Type | None = None,
+              overload: list[ir.Type] | None = None) -> ir.Value:
+    """Call `llvm.<name>.<mangled overload types>` (declared once per module)."""
+    ret = ret or args[0].type
+    overload = overload if overload is not None else [args[0].type]
+    full = ".".join([f"llvm.{name}"] + [_mangle(t) for t in overload])
+    fn = b.module.globals.get(full)
+    if fn is None:
+        fn = ir.Function(b.module, ir.FunctionType(ret, [a.type for a in args]), full)
+    return b.call(fn, args)
+
+
+def fma(b, x, y, z):
+    """x·y + z with one rounding."""
+    return intrinsic(b, "fma", [x, y, z])
+
+
+def fabs(b, x):
+    return intrinsic(b, "fabs", [x])
+
+
+def floor(b, x):
+    return intrinsic(b, "floor", [x])
+
+
+def ceil(b, x):
+    return intrinsic(b, "ceil", [x])
+
+
+def trunc(b, x):
+    return intrinsic(b, "trunc", [x])
+
+
+def rint(b, x):
+    """Round to nearest, ties to even (the default rounding mode)."""
+    return intrinsic(b, "rint", [x])
+
+
+def sqrt(b, x):
+    return intrinsic(b, "sqrt", [x])
+
+
+def copysign(b, mag, sign):
+    return intrinsic(b, "copysign", [mag, sign])
+
+
+def minnum(b, x, y):
+    """Smaller operand, NaN-ignoring (Rust f32::min)."""
+    return intrinsic(b, "minnum", [x, y])
+
+
+def maxnum(b, x, y):
+    """Larger operand, NaN-ignoring (Rust f32::max)."""
+    return intrinsic(b, "maxnum", [x, y])
+
+
+def select(b, cond, x, y):
+    return b.select(cond, x, y)
+
+
+def is_nan(b, x):
+    return b.fcmp_unordered("uno", x, x)
+
+
+def clamp_nan_keep(b, x, lo, hi):
+    """min(max(x, lo), hi) that lets NaN through."""
+    x = b.select(b.fcmp_ordered("<", x, splat(x, lo)), splat(x, lo), x)
+    return b.select(b.fcmp_ordered(">", x, splat(x, hi)), splat(x, hi), x)
+
+
+def clamp_num(b, x, lo, hi):
+    """min(max(x, lo), hi) with minnum/maxnum: a NaN lane comes out as `hi` (never NaN)."""
+    return maxnum(b, minnum(b, x, splat(x, hi)), splat(x, lo))
+
+
+def _ivec(x: ir.Value, ity: ir.Type) -> ir.Type:
+    return shaped(ity, width(x))
+
+
+def to_bits(b, x):
+    """Bit pattern of a float value as i32 / i64 lanes."""
+    return b.bitcast(x, _ivec(x, _fmt(x).ity))
+
+
+def from_bits(b, i, fty):
+    return b.bitcast(i, shaped(fty, width(i)))
+
+
+def poly(b, x, coeffs):
+    """Horner evaluation c0 + c1·x + … with fma."""
+    acc = splat(x, coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        acc = fma(b, acc, x, splat(x, c))
+    return acc
+
+
+def _to_int(b, x):
+    """Integral float lanes (already in range) to i32/i64 lanes of the same width.
+
+    Plain `fptosi`: the lanes are in range by construction, and `llvm.fptosi.sat` would be
+    scalarized on x86 (16 conversions per vector — it made exp 10× slower)."""
+    return b.fptosi(x, _ivec(x, _fmt(x).ity))
+
+
+def pow2i(b, n, fty):
+    """2^n for integer lanes n with bias+n in [1, 2·bias] (a normal number), from exponent bits."""
+    f = _Fmt(fty)
+    e = b.add(n, splat(n, f.bias))
+    return from_bits(b, b.shl(e, splat(n, f.mant)), fty)
+
+
+def ldexp(b, x, n):
+    """x·2^n for |n| ≤ ~2·bias, as two exact scalings (so underflow rounds once, to a denormal)."""
+    fty = elem_type(x)
+    n1 = b.ashr(n, splat(n, 1))
+    n2 = b.sub(n, n1)
+    return b.fmul(b.fmul(x, pow2i(b, n1, fty)), pow2i(b, n2, fty))
+
+
+def round_half_away(b, x):
+    """Round to nearest, ties away from zero (Rust f32::round); keeps the sign of zero."""
+    t = trunc(b, x)
+    frac = fabs(b, b.fsub(x, t))
+    step = b.select(b.fcmp_ordered(">=", frac, splat(x, 0.5)), copysign(b, splat(x, 1.0), x), splat(x, 0.0))
+    return copysign(b, b.fadd(t, step), x)
+
+
+# ── exp family ───────────────────────────────────────────────────────────────
+
+def _exp_reduce(b, x, tail=None):
+    """n = round(x/ln2) and r = x − n·ln2 (+ tail), |r| ≤ ln2/2; x pre-clamped, tail optional."""
+    fty = elem_type(x)
+    full = x if tail is None else b.fadd(x, tail)
+    n = rint(b, b.fmul(full, splat(x, 1.0 / math.log(2.0))))
+    r = fma(b, n, splat(x, -LN2_HI[fty]), x)
+    r = fma(b, n, splat(x, -LN2_LO[fty]), r)
+    if tail is not None:
+        r = b.fadd(r, tail)
+    return n, r
+
+
+def _expm1_poly(b, r):
+    """e^r − 1 on the reduced range: r + r²·P(r)."""
+    return fma(b, b.fmul(r, r), poly(b, r, EXP_P[elem_type(r)]), r)
+
+
+def _exp_limits(fty):
+    return (-104.0, 89.0) if fty == F32 else (-746.0, 710.0)
+
+
+def exp(b, x):
+    """e^x: overflow → inf, underflow → denormal/0, exp(±inf) = inf/0, NaN → NaN."""
+    fty = elem_type(x)
+    lo, hi = _exp_limits(fty)
+    n, r = _exp_reduce(b, clamp_num(b, x, lo, hi))
+    p = b.fadd(_expm1_poly(b, r), splat(x, 1.0))
+    return b.select(is_nan(b, x), x, ldexp(b, p, _to_int(b, n)))
+
+
+def _exp_with_tail(b, hi, c0, rest):
+    """e^(hi + c0 + rest) for an exact hi ∈ [−110, 0] and |c0|, |rest| ≲ 3 (erfc: e^(−x²+g)).
+
+    c0 and rest are added after the exact Cody–Waite step, where the partial sum is small, so
+    the ~0.5 ulp rounding errors of |hi| and |c0| never enter the result."""
+    n = rint(b, b.fmul(b.fadd(b.fadd(hi, c0), rest), splat(hi, 1.0 / math.log(2.0))))
+    r = fma(b, n, splat(hi, -LN2_HI[F32]), hi)
+    r = b.fadd(r, c0)
+    r = fma(b, n, splat(hi, -LN2_LO[F32]), r)
+    r = b.fadd(r, rest)
+    p = b.fadd(_expm1_poly(b, r), splat(hi, 1.0))
+    return ldexp(b, p, _to_int(b, n))
+
+
+def expm1(b, x):
+    """e^x − 1 with full relative accuracy near 0 (tiny x → x, keeps −0)."""
+    f = _fmt(x)
+    lo = -25.0 if not f.is64 else -60.0
+    hi = _exp_limits(f.fty)[1]
+    n, r = _exp_reduce(b, clamp_num(b, x, lo, hi))
+    em = _expm1_poly(b, r)
+    ni = _to_int(b, n)
+    top = f.bias  # 2^n representable for n ≤ bias
+    big = b.icmp_signed(">", ni, splat(ni, top))
+    s = pow2i(b, b.select(big, splat(ni, 0), ni), f.fty)
+    small = fma(b, s, em, b.fsub(s, splat(x, 1.0)))          # 2^n·em + (2^n − 1)
+    large = ldexp(b, b.fadd(em, splat(x, 1.0)), ni)          # only for overflow-range n
+    res = b.select(big, large, small)
+    tiny = b.fcmp_ordered("<", fabs(b, x), splat(x, 2.0 ** -(f.mant + 3)))
+    return b.select(b.or_(tiny, is_nan(b, x)), x, res)
+
+
+def sigmoid(b, x):
+    """1/(1+e^−x) without overflow: e/(1+e) with e = e^−|x| for x < 0 (accurate down to denormals)."""
+    e = exp(b, b.fneg(fabs(b, x)))
+    num = b.select(b.fcmp_ordered("<", x, splat(x, 0.0)), e, splat(x, 1.0))
+    return b.fdiv(num, b.fadd(splat(x, 1.0), e))
+
+
+def tanh(b, x):
+    """tanh: odd polynomial for |x| < 0.55, 1 − 2/(e^2|x| + 1) above (f32); f64 via expm1."""
+    f = _fmt(x)
+    ax = fabs(b, x)
+    if f.is64:
+        t = expm1(b, b.fmul(ax, splat(x, -2.0)))
+        return copysign(b, b.fdiv(b.fneg(t), b.fadd(t, splat(x, 2.0))), x)
+    z = b.fmul(x, x)
+    small = fma(b, x, b.fmul(z, poly(b, z, TANH_P_F32)), x)
+    e = exp(b, b.fmul(minnum(b, ax, splat(x, 10.0)), splat(x, 2.0)))
+    large = b.fsub(splat(x, 1.0), b.fdiv(splat(x, 2.0), b.fadd(e, splat(x, 1.0))))
+    res = b.select(b.fcmp_unordered("<", ax, splat(x, 0.55)), small, copysign(b, large, x))
+    return _tiny_keep(b, x, res)
+
+
+# ── log family ──────────────────────────────────────────────────────────────
+
+def _log_reduce(b, x):
+    """x = 2^e·m with m ∈ [√½, √2): returns (e as float, f = m − 1).  x > 0 finite (denormals ok)."""
+    f = _fmt(x)
+    sub = b.fcmp_ordered("<", x, splat(x, f.tiny))
+    scale = 2.0 ** (f.mant + 1)
+    xs = b.select(sub, b.fmul(x, splat(x, scale)), x)
+    eadj = b.select(sub, splat(x, -(f.mant + 1), f.ity), splat(x, 0, f.ity))
+    magic = 0x3FE6A09E667F3BCD if f.is64 else 0x3F3504F3          # bits of √½
+    i = b.sub(to_bits(b, xs), splat(x, magic, f.ity))
+    e = b.add(b.ashr(i, splat(x, f.mant, f.ity)), eadj)
+    mbits = b.add(b.and_(i, splat(x, (1 << f.mant) - 1, f.ity)), splat(x, magic, f.ity))
+    m = from_bits(b, mbits, f.fty)
+    return b.sitofp(e, x.type), b.fsub(m, splat(x, 1.0))
+
+
+def _log1p_reduced(b, f):
+    """log(1+f) for f ∈ [√½−1, √2−1]."""
+    if elem_type(f) == F32:
+        return fma(b, b.fmul(f, f), poly(b, f, LOG_Q_F32), f)
+    s = b.fdiv(f, b.fadd(f, splat(f, 2.0)))
+    z = b.fmul(s, s)
+    r = b.fmul(z, poly(b, z, LOG_R_F64))
+    hfsq = b.fmul(splat(f, 0.5), b.fmul(f, f))
+    return b.fsub(f, b.fsub(hfsq, b.fmul(s, b.fadd(hfsq, r))))
+
+
+def _log_combine(b, e, l1p):
+    """e·ln2 + l1p with ln2 split so e·ln2_hi is exact."""
+    fty = elem_type(e)
+    return fma(b, e, splat(e, LN2_HI[fty]), fma(b, e, splat(e, LN2_LO[fty]), l1p))
+
+
+def _log_specials(b, x, res, zero_at):
+    """x == zero_at → −inf; x < zero_at or NaN → NaN; x == +inf → +inf."""
+    res = b.select(b.fcmp_ordered("==", x, splat(x, math.inf)), x, res)
+    res = b.select(b.fcmp_ordered("==", x, splat(x, zero_at)), splat(x, -math.inf), res)
+    return b.select(b.fcmp_unordered("<", x, splat(x, zero_at)), splat(x, math.nan), res)
+
+
+def log(b, x):
+    """Natural log: log(0) = −inf, log(<0) = NaN, log(inf) = inf; denormals exact-range."""
+    e, f = _log_reduce(b, x)
+    return _log_specials(b, x, _log_combine(b, e, _log1p_reduced(b, f)), 0.0)
+
+
+def log1p(b, x):
+    """log(1+x), accurate for tiny x (u = 1+x with the rounding error of u corrected)."""
+    one = splat(x, 1.0)
+    u = b.fadd(x, one)
+    e, f = _log_reduce(b, u)
+    corr = b.fdiv(b.fsub(x, b.fsub(u, one)), u)              # (x − (u−1))/u
+    e_zero = b.fcmp_ordered("==", e, splat(x, 0.0))
+    f = b.select(e_zero, x, f)
+    corr = b.select(e_zero, splat(x, 0.0), corr)
+    res = _log_combine(b, e, b.fadd(_log1p_reduced(b, f), corr))
+    fm = _fmt(x)
+    tiny = b.fcmp_ordered("<", fabs(b, x), splat(x, 2.0 ** -(fm.mant + 3)))   # log1p(x) = x (keeps −0)
+    return _log_specials(b, x, b.select(tiny, x, res), -1.0)
+
+
+# ── erf ─────────────────────────────────────────────────────────────────────
+
+def _erf_small(b, x):
+    """erf(x) = x + x·P(x²) for |x| ≤ 0.5."""
+    return fma(b, x, poly(b, b.fmul(x, x), ERF_P[elem_type(x)]), x)
+
+
+def _erfc_tail(b, a):
+    """erfc(a) = e^(−a² + g(a)) for a ≥ 0.5 (a already clamped to the table range)."""
+    fty = elem_type(a)
+    pieces = ERFC_G_F32 if fty == F32 else ERFC_G_F64
+    ncoef = len(pieces[0][2])
+    mid = splat(a, pieces[-1][1])
+    coeffs = [splat(a, pieces[-1][2][k]) for k in range(ncoef)]
+    for top, m, cs in reversed(pieces[:-1]):
+        inside = b.fcmp_ordered("<", a, splat(a, top))
+        mid = b.select(inside, splat(a, m), mid)
+        coeffs = [b.select(inside, splat(a, cs[k]), coeffs[k]) for k in range(ncoef)]
+    s = b.fsub(a, mid)
+    g1 = coeffs[-1]                                    # g = c0 + s·g1(s)
+    for c in reversed(coeffs[1:-1]):
+        g1 = fma(b, g1, s, c)
+    if fty == F32:                                     # −a² exactly as hi + lo, then one exp
+        hi = b.fmul(a, a)
+        lo = fma(b, a, a, b.fneg(hi))
+        return _exp_with_tail(b, b.fneg(hi), coeffs[0], b.fsub(b.fmul(s, g1), lo))
+    return exp(b, fma(b, b.fneg(a), a, fma(b, s, g1, coeffs[0])))
+
+
+def _erf_tail_arg(b, ax):
+    top = 10.25 if elem_type(ax) == F32 else 6.0
+    return clamp_num(b, ax, 0.5, top)
+
+
+def erf(b, x):
+    """erf: x·P(x²) for |x| < 0.5, else ±(1 − e^(−x²+g(|x|))); erf(±inf) = ±1, NaN → NaN."""
+    ax = fabs(b, x)
+    tail = b.fsub(splat(x, 1.0), _erfc_tail(b, _erf_tail_arg(b, ax)))
+    return b.select(b.fcmp_unordered("<", ax, splat(x, 0.5)), _erf_small(b, x), copysign(b, tail, x))
+
+
+def erfc(b, x):
+    """1 − erf(x) with relative accuracy in the right tail (f32 only); erfc(−inf) = 2, erfc(inf) = 0."""
+    if elem_type(x) != F32:
+        raise NotImplementedError("vecmath.erfc is implemented for f32 only")
+    ax = fabs(b, x)
+    e = _erfc_tail(b, _erf_tail_arg(b, ax))
+    tail = b.select(b.fcmp_ordered("<", x, splat(x, 0.0)), b.fsub(splat(x, 2.0), e), e)
+    small = b.fsub(splat(x, 1.0), _erf_small(b, x))
+    return b.select(b.fcmp_unordered("<", ax, splat(x, 0.5)), small, tail)
+
+
+# ── sin / cos / tan ─────────────────────────────────────────────────────────
+
+def _trig_reduce(b, x):
+    """(r, q): x = q·π/2 + r, |r| ≤ π/4, q mod 4 as int lanes; f32 reduces in f64 (exact r)."""
+    f = _fmt(x)
+    xd = x if f.is64 else b.fpext(x, shaped(F64, width(x)))
+    k = rint(b, b.fmul(xd, splat(xd, 2.0 / math.pi)))
+    nk = b.fneg(k)
+    r = fma(b, nk, splat(xd, PIO2[0]), xd)
+    r = fma(b, nk, splat(xd, PIO2[1]), r)
+    r = fma(b, nk, splat(xd, PIO2[2]), r)
+    q = b.fsub(k, b.fmul(floor(b, b.fmul(k, splat(xd, 0.25))), splat(xd, 4.0)))
+    q = clamp_num(b, q, 0.0, 3.0)                       # NaN (x = ±inf) → a harmless 3
+    qi = b.fptosi(q, _ivec(x, I32))
+    if not f.is64:
+        r = b.fptrunc(r, x.type)
+    # beyond |x| ≈ 1e13 the reduction is no longer exact: keep r bounded (results stay in [−1, 1])
+    lim = math.pi / 4 * 1.01
+    r = clamp_nan_keep(b, r, -lim, lim)
+    return r, qi
+
+
+def _sin_poly(b, r, z):
+    return fma(b, b.fmul(r, z), poly(b, z, SIN_S[elem_type(r)]), r)
+
+
+def _cos_poly(b, z):
+    one = splat(z, 1.0)
+    hz = b.fmul(z, splat(z, 0.5))
+    w = b.fsub(one, hz)
+    tail = fma(b, b.fmul(z, z), poly(b, z, COS_C[elem_type(z)]), b.fsub(b.fsub(one, w), hz))
+    return b.fadd(w, tail)
+
+
+def _flip_sign(b, v, flip):
+    """Negate the lanes of v where the i1 lanes of `flip` are set."""
+    f = _fmt(v)
+    bit = b.shl(b.zext(flip, _ivec(v, f.ity)), splat(v, 63 if f.is64 else 31, f.ity))
+    return from_bits(b, b.xor(to_bits(b, v), bit), f.fty)
+
+
+def _qbit(b, qi, mask):
+    return b.icmp_unsigned("!=", b.and_(qi, splat(qi, mask)), splat(qi, 0))
+
+
+def _tiny_keep(b, x, res):
+    """|x| tiny: the result is x itself (keeps −0 and denormals exact)."""
+    f = _fmt(x)
+    lim = 2.0 ** (-27 if f.is64 else -12)
+    return b.select(b.fcmp_ordered("<", fabs(b, x), splat(x, lim)), x, res)
+
+
+def sin(b, x):
+    """sin: accurate (abs err ~1e-7 f32 / ~1e-16 f64) for |x| ≤ 1e13; ±inf, NaN → NaN."""
+    r, qi = _trig_reduce(b, x)
+    z = b.fmul(r, r)
+    s, c = _sin_poly(b, r, z), _cos_poly(b, z)
+    v = b.select(_qbit(b, qi, 1), c, s)
+    return _tiny_keep(b, x, _flip_sign(b, v, _qbit(b, qi, 2)))
+
+
+def cos(b, x):
+    """cos: same reduction as sin, quadrant shifted by one."""
+    r, qi = _trig_reduce(b, x)
+    z = b.fmul(r, r)
+    s, c = _sin_poly(b, r, z), _cos_poly(b, z)
+    v = b.select(_qbit(b, qi, 1), s, c)
+    q1 = b.add(qi, splat(qi, 1))
+    return _flip_sign(b, v, _qbit(b, q1, 2))
+
+
+def tan(b, x):
+    """tan = sin(r)/cos(r) in even quadrants, −cos(r)/sin(r) in odd ones."""
+    r, qi = _trig_reduce(b, x)
+    z = b.fmul(r, r)
+    s, c = _sin_poly(b, r, z), _cos_poly(b, z)
+    odd = _qbit(b, qi, 1)
+    num = b.select(odd, b.fneg(c), s)
+    den = b.select(odd, s, c)
+    return _tiny_keep(b, x, b.fdiv(num, den))
+
+
+# ── atan / atan2 ────────────────────────────────────────────────────────────
+
+def _pi_const(b, like, key):
+    """(hi, lo) constants of π/4, π/2 or π in the working precision."""
+    v = _PI[key]
+    if elem_type(like) == F64:
+        return splat(like, v), splat(like, _PI_LO[v])
+    hi = np.float32(v)
+    return splat(like, float(hi)), splat(like, float(np.float32(v - float(hi))))
+
+
+def _atan_ratio(b, num, den):
+    """atan(num/den) for 0 ≤ num ≤ den: u = num/den or (num−den)/(num+den) (+π/4), one division."""
+    big = b.fcmp_ordered(">", num, b.fmul(den, splat(den, math.sqrt(2.0) - 1.0)))
+    u = b.fdiv(b.select(big, b.fsub(num, den), num), b.select(big, b.fadd(num, den), den))
+    z = b.fmul(u, u)
+    p = fma(b, b.fmul(u, z), poly(b, z, ATAN_A[elem_type(u)]), u)
+    hi, lo = _pi_const(b, num, "pio4")
+    return b.select(big, b.fadd(hi, b.fadd(p, lo)), p)
+
+
+def _from_pi(b, a, key):
+    """(π·k − a) with a two-part constant."""
+    hi, lo = _pi_const(b, a, key)
+    return b.fadd(b.fsub(hi, a), lo)
+
+
+def atan(b, x):
+    """atan: atan(±inf) = ±π/2, keeps −0, NaN → NaN."""
+    ax = fabs(b, x)
+    one = splat(x, 1.0)
+    inv = b.fcmp_ordered(">", ax, one)
+    a = _atan_ratio(b, b.select(inv, one, ax), b.select(inv, ax, one))
+    return copysign(b, b.select(inv, _from_pi(b, a, "pio2"), a), x)
+
+
+def atan2(b, y, x):
+    """atan2(y, x) per C99 Annex F (all quadrants, signed zeros, infinities); NaN → NaN."""
+    ax, ay = fabs(b, x), fabs(b, y)
+    swap = b.fcmp_ordered(">", ay, ax)
+    num, den = b.select(swap, ax, ay), b.select(swap, ay, ax)
+    a = _atan_ratio(b, num, den)
+    a = b.select(b.fcmp_ordered("==", den, splat(x, 0.0)), splat(x, 0.0), a)          # both zero
+    pio4 = _pi_const(b, x, "pio4")[0]
+    a = b.select(b.fcmp_ordered("==", num, splat(x, math.inf)), pio4, a)               # both inf
+    a = b.select(swap, _from_pi(b, a, "pio2"), a)
+    neg_x = b.icmp_signed("<", to_bits(b, x), splat(x, 0, _fmt(x).ity))               # signbit(x)
+    a = b.select(neg_x, _from_pi(b, a, "pi"), a)
+    res = copysign(b, a, y)
+    return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), res)
+
+
+# ── pow ─────────────────────────────────────────────────────────────────────
+
+def _is_int(b, y):
+    return b.fcmp_ordered("==", floor(b, y), y)
+
+
+def _is_odd_int(b, y):
+    h = b.fmul(y, splat(y, 0.5))
+    return b.and_(_is_int(b, y), b.fcmp_ordered("!=", floor(b, h), h))
+
+
+def pow(b, x, y):
+    """C powf/pow: |x|^y = e^(y·ln|x|), sign and special cases per C99 F.9.4.4.
+
+    f32 evaluates e^(y·ln|x|) in f64 (correctly rounded in practice); f64 has relative error
+    ≲ |y·ln x|·2^−53 (≤ ~1e−13)."""
+    f = _fmt(x)
+    ax = fabs(b, x)
+    if f.is64:
+        mag = exp(b, b.fmul(y, log(b, ax)))
+    else:
+        dty = shaped(F64, width(x))
+        xd, yd = b.fpext(ax, dty), b.fpext(y, dty)
+        mag = b.fptrunc(exp(b, b.fmul(yd, log(b, xd))), x.type)
+    neg_x = b.icmp_signed("<", to_bits(b, x), splat(x, 0, f.ity))
+    res = _flip_sign(b, mag, b.and_(neg_x, _is_odd_int(b, y)))
+    finite_neg = b.and_(b.fcmp_ordered("<", x, splat(x, 0.0)), b.fcmp_ordered(">", x, splat(x, -math.inf)))
+    res = b.select(b.and_(finite_neg, b.not_(_is_int(b, y))), splat(x, math.nan), res)
+    one = b.or_(b.fcmp_ordered("==", y, splat(y, 0.0)), b.fcmp_ordered("==", x, splat(x, 1.0)))
+    minus_one_inf = b.and_(b.fcmp_ordered("==", x, splat(x, -1.0)),
+                           b.fcmp_ordered("==", fabs(b, y), splat(y, math.inf)))
+    return b.select(b.or_(one, minus_one_inf), splat(x, 1.0), res)
+
+
+__all__ = ["exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "erfc", "sin", "cos", "tan", "atan",
+           "atan2", "pow", "floor", "ceil", "trunc", "rint", "round_half_away", "ldexp", "pow2i", "select",
+           "splat", "fma", "fabs", "sqrt", "copysign", "minnum", "maxnum", "intrinsic", "poly", "width",
+           "elem_type", "shaped"]
