@@ -88,3 +88,19 @@ def test_engines_outlive_each_other():
     del a
     gc.collect()
     assert fn(None) == 42
+
+
+def test_remarks_switch_prints_vectorizer_remarks():
+    """RLX_LLVM_REMARKS=1 makes LLVM print its vectorizer remarks to stderr."""
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = "import rlx_llvm as rl\nfrom tests.test_program import gelu_schedule\n" \
+           "rl.compile(gelu_schedule(), cache=False)\n"
+    env = dict(os.environ, RLX_LLVM_REMARKS="1", PYTHONPATH=root)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "remark:" in proc.stderr and "vectoriz" in proc.stderr
+    quiet = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, RLX_LLVM_REMARKS="0", PYTHONPATH=root))
+    assert "remark:" not in quiet.stderr
