@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import types
 import typing
 from typing import Any, ClassVar
 
@@ -94,7 +95,7 @@ def from_jsonable(tp: Any, data: Any) -> Any:
     origin = typing.get_origin(tp)
     if tp is Any:
         return data
-    if origin is typing.Union or str(origin) == "types.UnionType":
+    if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if data is None:
             return None
@@ -107,7 +108,7 @@ def from_jsonable(tp: Any, data: Any) -> Any:
         return tuple(from_jsonable(inner, d) for d in data)
     if tp is bytes:
         import base64
-        return base64.b64decode(data["base64"]) if isinstance(data, dict) else bytes(data)
+        return base64.b64decode(data["base64"], validate=True) if isinstance(data, dict) else bytes(data)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return tp[_PY_NAME.get(data, data)]
     if isinstance(tp, type) and issubclass(tp, SumType):
