@@ -135,7 +135,7 @@ class EmitContext:
         size = _sizeof(ty)
         width = width_of(value)
         if streaming and width > 1:
-            st = self.b.store(value, self.addr(offset, index, size, base), align=size * width)
+            st = self.b.store(value, self.addr(offset, index, size, base), align=min(size * width, 64))
             st.set_metadata("nontemporal", self.module.add_metadata([I32(1)]))
             self._streamed = True
             return
@@ -148,7 +148,7 @@ class EmitContext:
     def streams(self, offset: int, itemsize: int, count: int, width: int | None = None) -> bool:
         """Whether stores of `count` elements at `offset` should stream: the output is far larger
         than the cache (≥ STREAM_BYTES) and every W-wide store is aligned to its own size."""
-        vbytes = itemsize * (width or self.lanes)
+        vbytes = min(itemsize * (width or self.lanes), 64)  # a zmm register at most
         return count * itemsize >= STREAM_BYTES and offset % vbytes == 0 and vbytes & (vbytes - 1) == 0
 
     def finish(self) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 
 REFERENCES: dict[str, Callable] = {}
 
-FAMILIES = ("region", "casts", "elementwise")
+FAMILIES = ("region", "casts", "elementwise", "movement", "indexing")
 
 
 def reference(*kinds: str) -> Callable:
