@@ -76,21 +76,28 @@ def main(quick: bool = False) -> int:
     expected.bytes[s["h"]:] = 0
     reference.run(sched, expected)
     worst = 0.0
-    for name in ("h", "y", "yback"):
+    for name in ("h", "y"):
         got = arena.read(s[name], "f32", n)
         want = expected.read(s[name], "f32", n)
         err = float(np.max(np.abs(got - want) / (1 + np.abs(want))))
-        worst = max(worst, err)
-        print(f"  {name:<6} max rel err vs NumPy reference: {err:.2e}")
-    bf_equal = np.array_equal(arena.read(s["ybf"], "bf16", n), expected.read(s["ybf"], "bf16", n))
-    print(f"  ybf    bf16 bits identical to the reference: {bf_equal}")
+        worst = max(worst, err / 1e-5)
+        print(f"  {name:<6} max error vs NumPy reference (|Δ|/(1+|ref|)): {err:.2e} (bound 1e-5)")
+    # The casts are bit-exact: run the reference casts on OUR y and compare the bits.
+    from .reference.halves import bf16_bits_to_f32, f32_to_bf16_bits
+    ybf_ref = f32_to_bf16_bits(arena.read(s["y"], "f32", n))
+    bf_equal = np.array_equal(arena.read(s["ybf"], "bf16", n), ybf_ref) and \
+        np.array_equal(arena.read(s["yback"], "f32", n).view(np.uint32), bf16_bits_to_f32(ybf_ref).view(np.uint32))
+    print(f"  ybf, yback: bits identical to the reference casts of y: {bf_equal}")
+
+    c1, c2, half_, one = np.float32(0.7978846), np.float32(0.044715), np.float32(0.5), np.float32(1)
 
     def numpy_version():
-        hv = 0.5 * (xv + bv) * (1 + np.tanh(0.7978846 * ((xv + bv) + 0.044715 * (xv + bv) ** 3)))
-        yv = xv + hv * np.float32(0.5)
+        v = xv + bv
+        hv = half_ * v * (one + np.tanh(c1 * (v + c2 * v * v * v)))
+        yv = xv + hv * half_
         u = yv.view(np.uint32)
-        bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-        return (bits.astype(np.uint32) << 16).view(np.float32)
+        bits = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+        return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
     repeat = 5 if quick else 10
     ours = _median_ms(lambda: prog.run(arena), repeat)
@@ -100,6 +107,6 @@ def main(quick: bool = False) -> int:
     copy_ms = _median_ms(lambda: np.copyto(copy_dst, copy_src), repeat)
     print(f"time per run: rlx-llvm {ours:.2f} ms, NumPy {theirs:.2f} ms → {theirs / ours:.1f}× faster "
           f"(one {4 * n / 2**20:.0f} MiB copy takes {copy_ms:.2f} ms)")
-    ok = worst < 1e-5 and bf_equal
+    ok = worst <= 1.0 and bf_equal
     print("demo: OK" if ok else "demo: MISMATCH against the reference")
     return 0 if ok else 1
