@@ -17,7 +17,6 @@ Every LLVM trap we know of is handled here, where it lives (see docs/architectur
 from __future__ import annotations
 
 import contextlib
-import ctypes.util
 import hashlib
 import json
 import os
@@ -45,9 +44,8 @@ def initialize() -> None:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         llvm.initialize_native_asmparser()
-        lib = ctypes.util.find_library("gcc_s") or "libgcc_s.so.1"
-        with contextlib.suppress(RuntimeError):
-            llvm.load_library_permanently(lib)
+        with contextlib.suppress(RuntimeError):  # the soname directly: find_library forks ldconfig
+            llvm.load_library_permanently("libgcc_s.so.1")
         _initialized = True
 
 
@@ -203,6 +201,36 @@ class ObjectCache:
         if hashlib.sha256(obj).hexdigest() != meta.get("object_sha256"):
             return None
         return ObjectCode(key, obj, ir_text, meta.get("externals", []), from_cache=True)
+
+    def _write(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+
+    def store_meta(self, key: str, meta: dict, source_ir: str) -> None:
+        """Remember a compiled schedule's plan (and its unoptimized IR) under its warm-start key."""
+        base = self.directory / key[:2] / key
+        try:
+            self._write(base.with_suffix(".src.ll"), source_ir.encode())
+            self._write(base.with_suffix(".plan.json"), json.dumps(meta).encode())
+        except OSError:
+            pass
+
+    def load_meta(self, key: str) -> dict | None:
+        """The plan stored by `store_meta`, or None."""
+        try:
+            return json.loads((self.directory / key[:2] / key).with_suffix(".plan.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def load_source_ir(self, key: str) -> str | None:
+        """The unoptimized IR stored beside a plan."""
+        try:
+            return (self.directory / key[:2] / key).with_suffix(".src.ll").read_text()
+        except OSError:
+            return None
 
     def store(self, code: ObjectCode) -> None:
         """Write an object atomically; failures to write are ignored (the cache is optional)."""

@@ -148,53 +148,151 @@ def _resolve_cache(cache) -> "jit.ObjectCache | None":
 
 def compile(schedule, *, opt_level: int = 3, cache: "bool | str | os.PathLike | jit.ObjectCache | None" = None
             ) -> "Program":
-    """Validate `schedule`, lower every thunk, JIT the native segments and return a Program."""
-    from . import ir_emit  # noqa: F401  (fills the registry)
-    from .ir_emit import load_all
-    load_all()
-    validate_schedule(schedule, registry.LOWERINGS)
+    """Validate `schedule`, lower every thunk, JIT the native segments and return a Program.
+
+    With the object cache on (the default), a schedule compiled before by the same rlx_llvm code
+    on the same host starts warm: no validation, no IR emission, no LLVM passes — the object and
+    its plan are loaded from disk (see `_warm_key`).
+    """
     if opt_level not in (0, 1, 2, 3):
         raise ValidationError(f"opt_level must be 0..3, got {opt_level!r}")
-    return Program(schedule, opt_level, _resolve_cache(cache))
+    store = _resolve_cache(cache)
+    warm = _warm_lookup(store, schedule, opt_level) if store is not None else None
+    if warm is None:
+        from .ir_emit import load_all
+        load_all()
+        validate_schedule(schedule, registry.LOWERINGS)
+    return Program(schedule, opt_level, store, warm)
+
+
+_fingerprint: str | None = None
+
+
+def code_fingerprint() -> str:
+    """sha256 over rlx_llvm's source files (name, size, mtime): editing any emitter invalidates warm
+    starts.  (The object cache itself is keyed by the IR text, so a stale plan can never load
+    wrong code — at worst it misses.)"""
+    global _fingerprint
+    if _fingerprint is None:
+        import hashlib
+        h = hashlib.sha256()
+        root = os.path.dirname(os.path.abspath(__file__))
+        for folder, dirs, files in sorted(os.walk(root)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    st = os.stat(os.path.join(folder, name))
+                    h.update(f"{folder[len(root):]}/{name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+        _fingerprint = h.hexdigest()
+    return _fingerprint
+
+
+def _warm_key(schedule, opt_level: int) -> str | None:
+    import hashlib
+    try:
+        text = schedule.to_json()
+    except Exception:  # not serializable: no warm start (validation will explain)
+        return None
+    return hashlib.sha256("\0".join([text, code_fingerprint(), jit.cache_key("", opt_level)]).encode()).hexdigest()
+
+
+def _warm_lookup(store: "jit.ObjectCache", schedule, opt_level: int) -> dict | None:
+    key = _warm_key(schedule, opt_level)
+    meta = store.load_meta(key) if key else None
+    if meta is None or meta.get("n_thunks") != len(schedule.thunks):
+        return None
+    code = store.load(meta["object_key"]) if meta["object_key"] else None
+    if meta["object_key"] and code is None:
+        return None
+    meta["code"], meta["key"] = code, key
+    return meta
 
 
 class Program:
     """A compiled schedule: `run(arena)` executes it; `report/llvm_ir/asm` inspect it."""
 
-    def __init__(self, schedule, opt_level: int, cache) -> None:
+    def __init__(self, schedule, opt_level: int, cache, warm: dict | None = None) -> None:
+        t0 = time.perf_counter()
         self.schedule = schedule
         self.opt_level = opt_level
-        self._steps = _plan(schedule)
-        t0 = time.perf_counter()
-        mb = _ModuleBuilder(schedule, jit.host().lanes(32))
-        for step in self._steps:
-            if isinstance(step, _NativeStep):
-                fns = [mb.thunk_function(i, schedule.thunks[i]) for i in step.indices]
-                mb.driver(step, fns)
-        self._symbols = mb.symbols
-        self.scratch_bytes: int = mb.scratch_bytes
-        """Bytes of per-thread scratch the native code needs (allocated lazily per calling thread)."""
         self._scratch = threading.local()
-        self._emit_ms = mb.emit_ms
-        self._ir = str(mb.module)
-        emit_ms = (time.perf_counter() - t0) * 1e3
         self._engine = None
         self._code = None
         self._asm: str | None = None
-        timings = {"emit": emit_ms}
-        if any(isinstance(s, _NativeStep) for s in self._steps):
-            self._code = jit.compile_ir(self._ir, opt=opt_level, cache=cache)
+        self._ir_text: str | None = None
+        if warm is not None:
+            self._start_warm(warm, cache)
+        else:
+            self._build(cache)
+        if self._code is not None:
             t1 = time.perf_counter()
             self._engine = jit.Engine()
             self._engine.load(self._code)
             for step in self._steps:
                 if isinstance(step, _NativeStep):
                     step.fn = _DRIVER(self._engine.address(step.symbol))
-            timings.update(self._code.timings_ms)
-            timings["load"] = (time.perf_counter() - t1) * 1e3
-        self._timings = timings
+            self._timings["load"] = (time.perf_counter() - t1) * 1e3
         self.compile_ms: float = (time.perf_counter() - t0) * 1e3
-        """Wall time of the whole compile (emit + optimize + codegen, or cache load)."""
+        """Wall time of the whole compile (emit + optimize + codegen, or the warm start)."""
+
+    def _build(self, cache) -> None:
+        """Cold path: plan, emit one function per thunk, compile (or load the object by IR hash)."""
+        self._steps = _plan(self.schedule)
+        self._paths = [registry.LOWERINGS[type(t).__name__].path for t in self.schedule.thunks]
+        t0 = time.perf_counter()
+        mb = _ModuleBuilder(self.schedule, jit.host().lanes(32))
+        for step in self._steps:
+            if isinstance(step, _NativeStep):
+                fns = [mb.thunk_function(i, self.schedule.thunks[i]) for i in step.indices]
+                mb.driver(step, fns)
+        self._symbols = mb.symbols
+        self.scratch_bytes: int = mb.scratch_bytes
+        """Bytes of per-thread scratch the native code needs (allocated lazily per calling thread)."""
+        self._emit_ms = mb.emit_ms
+        self._ir_text = str(mb.module)
+        self._timings = {"emit": (time.perf_counter() - t0) * 1e3}
+        if any(isinstance(s, _NativeStep) for s in self._steps):
+            self._code = jit.compile_ir(self._ir_text, opt=self.opt_level, cache=cache)
+            self._timings.update(self._code.timings_ms)
+        if cache is not None:
+            key = _warm_key(self.schedule, self.opt_level)
+            if key:
+                cache.store_meta(key, {
+                    "n_thunks": len(self.schedule.thunks), "paths": self._paths,
+                    "object_key": self._code.key if self._code else "",
+                    "symbols": {str(i): name for i, name in self._symbols.items()},
+                    "segments": [[s.symbol, s.indices] for s in self._steps if isinstance(s, _NativeStep)],
+                    "scratch_bytes": self.scratch_bytes}, source_ir=self._ir_text)
+        self._warm = False
+
+    def _start_warm(self, meta: dict, cache) -> None:
+        """Warm path: the plan and the object come from the cache; emitters are not even imported."""
+        self._paths = meta["paths"]
+        self._symbols = {int(i): name for i, name in meta["symbols"].items()}
+        self.scratch_bytes = meta["scratch_bytes"]
+        self._emit_ms = {}
+        self._code = meta["code"]
+        self._source_ir_key = meta["key"]
+        self._cache = cache
+        native = {i for _, idx in meta["segments"] for i in idx}
+        segments = {idx[0]: _NativeStep(sym, list(idx)) for sym, idx in meta["segments"]}
+        steps: list = []
+        for i, t in enumerate(self.schedule.thunks):
+            if i in segments:
+                steps.append(segments[i])
+            elif i not in native:
+                from .ir_emit import load_all
+                load_all()
+                steps.append(_FallbackStep(i, t, registry.LOWERINGS[type(t).__name__].run))
+        self._steps = steps
+        self._timings = {"warm start": 0.0}
+        self._warm = True
+
+    @property
+    def _ir(self) -> str:
+        if self._ir_text is None:
+            self._ir_text = self._cache.load_source_ir(self._source_ir_key) or ""
+        return self._ir_text
 
     # ── running ──
     def run(self, arena: "Arena | np.ndarray") -> None:
@@ -237,12 +335,10 @@ class Program:
         """Per thunk: index, kind, lowering path, symbol and emit time; plus module timings."""
         rows = []
         for i, t in enumerate(self.schedule.thunks):
-            low = registry.LOWERINGS[type(t).__name__]
-            rows.append(ThunkReport(i, type(t).__name__, low.path, self._symbols.get(i, f"<python:{low.run.__name__}>"
-                                                                                  if low.run else ""),
-                                    round(self._emit_ms.get(i, 0.0), 3)))
+            symbol = self._symbols.get(i) or f"<python {type(t).__name__}>"
+            rows.append(ThunkReport(i, type(t).__name__, self._paths[i], symbol, round(self._emit_ms.get(i, 0.0), 3)))
         return Report(rows, {k: round(v, 2) for k, v in self._timings.items()},
-                      bool(self._code and self._code.from_cache))
+                      bool(self._warm or (self._code and self._code.from_cache)))
 
     def llvm_ir(self, optimized: bool = False, thunk: int | None = None) -> str:
         """LLVM IR as emitted (or after O3 with `optimized=True`), whole or for thunk index `thunk`."""
