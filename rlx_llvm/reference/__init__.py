@@ -16,7 +16,7 @@ import numpy as np
 
 REFERENCES: dict[str, Callable] = {}
 
-FAMILIES = ("region", "casts", "elementwise", "movement", "indexing")
+FAMILIES = ("region", "casts", "elementwise", "movement", "indexing", "norms", "reductions", "losses")
 
 
 def reference(*kinds: str) -> Callable:
