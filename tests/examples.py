@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import DType, LaneKind
-from rlx_llvm.ops import Activation, BinaryOp, ChainOperand as In, ChainStep as S, CmpOp
+from rlx_llvm.ops import Activation, BinaryOp, ChainOperand as In, ChainStep as S, CmpOp, ReduceOp
 
 SLOT = 1024  # bytes per slot: room for 40 elements of up to 16 bytes
 N = 40
@@ -59,4 +59,19 @@ def examples() -> list[tuple[object, int]]:
         T.ConjugateC64(src=a, dst=b, len=N),
     ]
     out += [getattr(T, k)(src=a, dst=b, len=N) for k in CASTS]
+    out += [  # a few of the other families (their own tests sweep them; here: sentinel and fuzz seeds)
+        T.LayerNorm(src=a, g=b, b=c, dst=d, rows=5, h=8, eps=1e-5),
+        T.RmsNorm(src=a, g=b, b=c, dst=d, rows=4, h=10, eps=1e-6),
+        T.Softmax(data=a, rows=4, cols=5, inner=2),
+        T.Reduce(src=a, dst=b, outer=2, reduced=5, inner=4, op=ReduceOp.Max),
+        T.TopK(src=a, dst=b, outer=4, axis_dim=10, k=3, indices_i64=1),
+        T.ArgReduce(src=a, dst=b, outer=4, reduced=10, inner=1, is_max=True),
+        T.Cumsum(src=a, dst=b, rows=4, cols=10, exclusive=True, dtype=DType.F32),
+        T.Histogram(src=a, dst=b, n=N, bins=7, min=-1.0, max=1.0),
+        T.SoftmaxCrossEntropy(logits=a, labels=b, dst=c, n=4, c=10),
+        T.Transpose(src=a, dst=b, in_total=N, out_dims=(5, 8), in_strides=(1, 5), elem_bytes=4),
+        T.Gather(table=a, table_len=N, idx=b, dst=c, num_idx=6, trailing=4, idx_i64=0, table_bytes=4),
+        T.ScatterAdd(updates=a, indices=b, dst=c, num_updates=6, out_dim=5, trailing=4),
+        T.Narrow(src=a, dst=b, outer=4, src_stride=10, dst_stride=6, inner=6, elem_bytes=4),
+    ]
     return [(t, 6 * SLOT) for t in out]

@@ -57,7 +57,7 @@ FUZZ = textwrap.dedent('''
 def test_fuzzed_thunks_never_crash():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, RLX_LLVM_CACHE="0", PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", FUZZ, "20261202", "400"], cwd=root, env=env,
+    proc = subprocess.run([sys.executable, "-c", FUZZ, "20261202", "1000"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"fuzz subprocess died (rc={proc.returncode}):\\n{proc.stderr[-3000:]}"
     assert "rejected" in proc.stdout
