@@ -1,0 +1,690 @@
+"""GEMM-family thunks as native code: inline IR register tiles, or SciPy's OpenBLAS called from
+JIT code (semantics.md §3.2, §3.7, §3.8; docs/lowering-blas.md).
+
+`gemm()` is the one entry point; every dim is a compile-time constant:
+
+* **IR tiles** (`tile_gemm`) for real GEMMs up to 1024³ multiply-adds: on this Zen 5 they run at
+  ~2× SciPy's OpenBLAS (SkylakeX kernel) and split column panels across rlx_llvm's threads.
+  `RLX_LLVM_GEMM=blas` sends every GEMM to BLAS instead.
+* **BLAS** (`blas_gemm`) for complex GEMMs, run-time row counts and larger sizes.  Row-major via
+  the operand swap: a row-major `X[r, c]` read as column-major is `Xᵀ`, so `C = op(A)·op(B)` is
+  `Cᵀ = op(B)ᵀ·op(A)ᵀ`: `?gemm(tb, ta, n, m, k, α, B, ldb, A, lda, β, C, n)`.  Transposed
+  operands (`SgemmT`, `GroupedMatMul.w_transposed`, SynthMatMul's codebook weight) only flip a
+  trans flag and a leading dimension — nothing is materialized.
+* **Packed halves** are widened to f32 by a vector loop into Program-owned scratch (one buffer per
+  calling thread); a packed `c` is computed in scratch and rounded back RNE (`narrow_from_f32`).
+* **Epilogues** (`FusedMmBiasAct`) are one vector pass over C: per column panel right after its
+  tiles, or over the whole of C after a BLAS call.
+* **Zero dims** never reach either: `m = 0` or `n = 0` writes nothing, `k = 0` writes zeros.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from llvmlite import ir
+
+from ..dtypes import DType, HalfKind
+from ..errors import ValidationError
+from ..kernels.blas import BLAS_INT_MAX, FortranArgs, Status
+from .core import F32, F64, I1, I8, I32, I64, PTR, STORAGE, EmitContext, narrow_from_f32, widen_to_f32
+from . import elementmath as em
+from .registry import lowering
+
+ITEMSIZE = {"s": 4, "d": 8, "c": 8}  # bytes per element of ?gemm's precision
+
+
+# ── validation ───────────────────────────────────────────────────────────────
+
+def check_blas_ints(*fields: str) -> Callable:
+    """A `check(thunk)` that every named dim fits SciPy's 32-bit BLAS integers."""
+    def check(t) -> None:
+        for name in fields:
+            value = getattr(t, name)
+            if value > BLAS_INT_MAX:
+                raise ValidationError(f"{name} = {value} exceeds the 32-bit BLAS integer bound {BLAS_INT_MAX}",
+                                      field=name)
+    return check
+
+
+# ── small IR helpers shared with linalg ──────────────────────────────────────
+
+def fail_unless(ctx: EmitContext, ok: ir.Value, status: "ir.Value | int") -> None:
+    """Return `status` from the thunk unless `ok` (i1) holds; code continues on the ok path."""
+    b = ctx.b
+    good = ctx.fn.append_basic_block("ok")
+    bad = ctx.fn.append_basic_block("fail")
+    b.cbranch(ok, good, bad)
+    b.position_at_end(bad)
+    ctx.fail(int(status) if isinstance(status, int) else status)
+    b.position_at_end(good)
+
+
+def entry_alloca(ctx: EmitContext, ty: ir.Type) -> ir.Value:
+    """A stack slot in the entry block (so it is promoted to a register)."""
+    with ctx.b.goto_entry_block():
+        return ctx.b.alloca(ty)
+
+
+def copy_bytes(ctx: EmitContext, dst: ir.Value, src: ir.Value, nbytes: "int | ir.Value") -> None:
+    """`memcpy(dst, src, nbytes)` (non-overlapping)."""
+    fn = ctx.intrinsic("llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, I1])
+    ctx.b.call(fn, [dst, src, I64(nbytes) if isinstance(nbytes, int) else nbytes, I1(0)])
+
+
+def zero_bytes(ctx: EmitContext, dst: ir.Value, nbytes: int) -> None:
+    """`memset(dst, 0, nbytes)`."""
+    if nbytes:
+        fn = ctx.intrinsic("llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, I64, I1])
+        ctx.b.call(fn, [dst, I8(0), I64(nbytes), I1(0)])
+
+
+def scratch_ptr(ctx: EmitContext, offset: int, index: "ir.Value | int" = 0, itemsize: int = 1) -> ir.Value:
+    """Pointer into this thread's scratch."""
+    return ctx.addr(offset, index, itemsize, base=ctx.scratch)
+
+
+def copy_matrix(ctx: EmitContext, src: ir.Value, dst: ir.Value, rows: int, cols: int, src_ty: ir.Type,
+                dst_ty: ir.Type, transpose: bool) -> None:
+    """`dst = convert(src)` for a row-major `[rows, cols]` matrix; `transpose` stores it `[cols, rows]`."""
+    b = ctx.b
+    convert = _converter(b, src_ty, dst_ty)
+    with ctx.for_range(0, rows, name="r") as r:
+        with ctx.for_range(0, cols, name="c") as c:
+            x = convert(ctx.load(0, src_ty, b.add(b.mul(r, I64(cols)), c), base=src))
+            at = b.add(b.mul(c, I64(rows)), r) if transpose else b.add(b.mul(r, I64(cols)), c)
+            ctx.store(0, x, at, base=dst)
+
+
+def _converter(b: ir.IRBuilder, src_ty: ir.Type, dst_ty: ir.Type) -> Callable[[ir.Value], ir.Value]:
+    if src_ty == dst_ty:
+        return lambda x: x
+    if src_ty == F32 and dst_ty == F64:
+        return lambda x: b.fpext(x, F64)
+    if src_ty == F64 and dst_ty == F32:
+        return lambda x: b.fptrunc(x, F32)
+    raise TypeError(f"no conversion {src_ty} → {dst_ty}")
+
+
+@dataclass(frozen=True)
+class ArenaRef:
+    """An operand at a constant arena offset: it can be re-addressed inside a parallel body."""
+
+    offset: int
+
+
+Operand = "ArenaRef | ir.Value"
+
+
+def pointer(ctx: EmitContext, operand: Operand) -> ir.Value:
+    """The operand's address in `ctx` (arena refs are re-derived from `ctx.arena`)."""
+    return ctx.addr(operand.offset) if isinstance(operand, ArenaRef) else operand
+
+
+# ── the GEMM: inline IR tiles or a BLAS call ─────────────────────────────────
+
+# Called after the product is in C, for the columns [col0, col0 + width) of every row.
+Epilogue = Callable[[EmitContext, ir.Value, int], None]
+
+GEMM_MODE_ENV = "RLX_LLVM_GEMM"  # "blas": every GEMM calls ?gemm (for comparisons); default "auto"
+IR_GEMM_MAX_MNK = 1 << 30        # 1024³; beyond, cache blocking matters and OpenBLAS catches up
+
+
+def ir_tiles_win(m: "int | ir.Value", prec: str, n: int, k: int) -> bool:
+    """Whether this GEMM runs as inline IR tiles (measured faster than SciPy's OpenBLAS, see docs)."""
+    if os.environ.get(GEMM_MODE_ENV, "auto").lower() == "blas":
+        return False
+    return isinstance(m, int) and prec in TILE_TYPES and m * n * k <= IR_GEMM_MAX_MNK
+
+
+def gemm(ctx: EmitContext, fa: FortranArgs, prec: str, m: "int | ir.Value", n: int, k: int,
+         a: "Operand", b: "Operand", c: "Operand", *, ta: bool = False, tb: bool = False,
+         alpha: float = 1.0, beta: float = 0.0, epilogue: Epilogue | None = None) -> None:
+    """Row-major `C[m,n] = α·op(A)·op(B) + β·C` (`prec` 's', 'd' or 'c'), then `epilogue`.
+
+    `op(A)` is `A[m,k]`, or `A` stored `[k,m]` when `ta`; `op(B)` is `B[k,n]`, or stored `[n,k]`
+    when `tb`.  `m` may be a run-time i64 (rows of one expert) when `ta` is false.  Real GEMMs of
+    constant size run as inline IR tiles (`tile_gemm`); the rest call `?gemm` (`blas_gemm`).
+    """
+    if n == 0 or (isinstance(m, int) and m == 0) or k == 0:
+        ctx.note_path("llvm")  # nothing to multiply: no BLAS call is emitted
+    if n == 0 or (isinstance(m, int) and m == 0):
+        return
+    if k == 0:
+        if beta == 0.0:
+            if not isinstance(m, int):
+                raise NotImplementedError("k = 0 with run-time rows is handled by the caller")
+            zero_bytes(ctx, pointer(ctx, c), m * n * ITEMSIZE[prec])
+        if epilogue is not None:
+            epilogue(ctx, I64(0), n)
+        return
+    if ir_tiles_win(m, prec, n, k):
+        if tb:  # the tiles stream rows of B: transpose the stored [n, k] into scratch once
+            b = transpose_to_scratch(ctx, pointer(ctx, b), n, k, TILE_TYPES[prec])
+        tile_gemm(ctx, prec, m, n, k, a, b, c, ta=ta, alpha=alpha, beta=beta, epilogue=epilogue)
+        ctx.note_path("llvm")
+        return
+    blas_gemm(ctx, fa, prec, m, n, k, a, b, c, ta=ta, tb=tb, alpha=alpha, beta=beta)
+    ctx.note_path("blas")
+    if epilogue is not None:
+        epilogue(ctx, I64(0), n)
+
+
+def blas_gemm(ctx: EmitContext, fa: FortranArgs, prec: str, m: "int | ir.Value", n: int, k: int,
+              a: "Operand", b: "Operand", c: "Operand", *, ta: bool, tb: bool, alpha: float, beta: float) -> None:
+    """`?gemm` with the row-major operand swap: `Cᵀ = op(B)ᵀ·op(A)ᵀ` in column-major terms."""
+    if isinstance(m, int):
+        m_arg = fa.int(m)
+        lda = max(1, m if ta else k)
+    else:
+        assert not ta, "run-time rows need a row-major A"
+        m_arg = fa.mutable_int()
+        ctx.b.store(ctx.b.trunc(m, I32), m_arg)
+        lda = max(1, k)
+    ldb = max(1, k if tb else n)
+    scalar = {"s": fa.f32, "d": fa.f64, "c": fa.c64}[prec]
+    fa.call(f"{prec}gemm", fa.char("T" if tb else "N"), fa.char("T" if ta else "N"),
+            fa.int(n), m_arg, fa.int(k), scalar(alpha), pointer(ctx, b), fa.int(ldb),
+            pointer(ctx, a), fa.int(lda), scalar(beta), pointer(ctx, c), fa.int(max(1, n)))
+
+
+# ── inline IR tiles ──────────────────────────────────────────────────────────
+
+TILE_TYPES = {"s": F32, "d": F64}
+# Vector accumulators per tile, leaving room for the B vectors and a broadcast: 24 of AVX-512's 32
+# registers, 12 of AVX2's 16.
+ACCUMULATORS = {16: 24, 8: 12, 4: 12}
+PANEL_VECTORS = 4       # a column panel is 4 vectors wide (64 f32 columns with AVX-512)
+PARALLEL_MIN_FMAS = 1 << 21  # ≈ 10 µs of tile work per thread before a fork/join pays off
+
+
+def transpose_to_scratch(ctx: EmitContext, src: ir.Value, rows: int, cols: int, ty: ir.Type) -> ir.Value:
+    """Copy a row-major `[rows, cols]` matrix to scratch as `[cols, rows]`; returns the scratch pointer."""
+    dst = scratch_ptr(ctx, ctx.scratch_alloc(rows * cols * (4 if ty == F32 else 8)))
+    copy_matrix(ctx, src, dst, rows, cols, ty, ty, transpose=True)
+    return dst
+
+
+def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand", b: "Operand", c: "Operand",
+              *, ta: bool, alpha: float, beta: float, epilogue: Epilogue | None = None) -> None:
+    """`C = α·op(A)·B + β·C` by register tiles: `MR` rows × `NV` vectors of C stay in registers
+    while the loop over k streams rows of B and broadcasts elements of A (no packing).
+
+    Column panels of `NV·W` columns (the last one narrower, its last vector masked) are the unit
+    of work: each sweeps the rows in tiles of MR (plus one shorter tile), then runs the epilogue
+    on its columns while they are in cache.  Panels are split across rlx_llvm's threads
+    (`ctx.parallel_for`) when each thread gets enough work and every operand is an arena slot.
+    """
+    ty = TILE_TYPES[prec]
+    w = ctx.lanes * 4 // ITEMSIZE[prec]
+    panel = min(PANEL_VECTORS, -(-n // w)) * w
+    full, rest = n // panel, n % panel
+    panels = full + (1 if rest else 0)
+    min_panels = max(1, -(-PARALLEL_MIN_FMAS // (m * k * panel)))
+
+    def run_panels(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        ops = [pointer(sub, x) for x in (a, b, c)]
+        with sub.for_range(start, stop, name="panel") as j:
+            if rest and full:
+                with sub.b.if_else(sub.b.icmp_signed("<", j, I64(full))) as (then, otherwise):
+                    with then:
+                        _panel(sub, ty, w, m, n, k, panel, panel, ops, j, ta, alpha, beta, epilogue)
+                    with otherwise:
+                        _panel(sub, ty, w, m, n, k, panel, rest, ops, j, ta, alpha, beta, epilogue)
+            else:
+                _panel(sub, ty, w, m, n, k, panel, panel if full else rest, ops, j, ta, alpha, beta, epilogue)
+
+    if panels >= 2 * min_panels and all(isinstance(x, ArenaRef) for x in (a, b, c)):
+        ctx.parallel_for(panels, run_panels, grain=1, min_work=min_panels)
+    else:
+        run_panels(ctx, I64(0), I64(panels))
+
+
+def _panel(ctx: EmitContext, ty: ir.Type, w: int, m: int, n: int, k: int, panel: int, width: int,
+           ops: list[ir.Value], j: ir.Value, ta: bool, alpha: float, beta: float,
+           epilogue: Epilogue | None) -> None:
+    """Column panel `j` (`width` columns from `j·panel`): every row tile of it, then the epilogue."""
+    b = ctx.b
+    nv = -(-width // w)
+    mr = max(1, min(m, ACCUMULATORS.get(ctx.lanes, 12) // nv))
+    size = 4 if ty == F32 else 8
+    a, bm, c = ops
+    col = b.mul(j, I64(panel))
+    a_row, a_col = (1, m) if ta else (k, 1)  # element strides of op(A) along rows and along k
+    for i0, rows, count in _runs(m, mr):
+        fn = TileShape(ty, w, rows, nv, beta != 0.0).function(ctx)
+        with _maybe_loop(ctx, count, "rtile") as tr:
+            row0 = b.add(I64(i0), b.mul(tr, I64(rows)))
+            b.call(fn, [ctx.addr(0, b.mul(row0, I64(a_row)), size, base=a), ctx.addr(0, col, size, base=bm),
+                        ctx.addr(0, b.add(b.mul(row0, I64(n)), col), size, base=c),
+                        I64(a_row), I64(a_col), I64(n), I64(n), I64(k), I64(width - (nv - 1) * w),
+                        ir.Constant(ty, alpha), ir.Constant(ty, beta)])
+    if epilogue is not None:
+        epilogue(ctx, col, width)
+
+
+def _runs(total: int, step: int) -> list[tuple[int, int, int]]:
+    """(first index, tile size, tile count): full tiles of `step`, then the remainder."""
+    runs = [(0, step, total // step)] if total // step else []
+    if total % step:
+        runs.append((total - total % step, total % step, 1))
+    return runs
+
+
+@contextlib.contextmanager
+def _maybe_loop(ctx: EmitContext, count: int, name: str) -> Iterator[ir.Value]:
+    """A run-time loop over `count` tiles, or just index 0 for a single tile."""
+    if count == 1:
+        yield I64(0)
+        return
+    with ctx.for_range(0, count, name=name) as t:
+        yield t
+
+
+@dataclass(frozen=True)
+class TileShape:
+    """A register tile: `rows × vectors` vectors of C held in registers across the k loop.
+
+    Each shape is one internal function per module, shared by every GEMM that needs it:
+    `void (ptr a, ptr b, ptr c, i64 a_row, i64 a_col, i64 ldb, i64 ldc, i64 k, i64 tail, T α, T β)`
+    with `a`, `b`, `c` at the tile's corner, element strides for op(A), B and C, and `tail` lanes
+    of the last vector inside C (a run-time mask, so ragged edges share the function).
+    `accumulate` tiles compute `α·AB + β·C`; the others `α·AB` and never read C (it may hold NaN).
+    """
+
+    ty: ir.Type
+    w: int
+    rows: int
+    vectors: int
+    accumulate: bool
+
+    @property
+    def size(self) -> int:
+        """Bytes per element."""
+        return 4 if self.ty == F32 else 8
+
+    @property
+    def name(self) -> str:
+        """The function's symbol, e.g. `rlx.tile.f32.r6.v4`."""
+        return (f"rlx.tile.{'f32' if self.ty == F32 else 'f64'}.r{self.rows}.v{self.vectors}"
+                + (".acc" if self.accumulate else ""))
+
+    def function(self, ctx: EmitContext) -> ir.Function:
+        """The tile function in `ctx`'s module, defined on first use."""
+        existing = ctx.module.globals.get(self.name)
+        if existing is not None:
+            return existing
+        fnty = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, I64, I64, I64, I64, I64, self.ty, self.ty])
+        fn = ir.Function(ctx.module, fnty, name=self.name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")
+        for arg in fn.args[:3]:
+            arg.add_attribute("noalias")
+        body = EmitContext(ctx.module, fn, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx.declare,
+                           arena=fn.args[0], scratch=fn.args[0])
+        self._body(body, *fn.args)
+        body.b.ret_void()
+        return fn
+
+    def _body(self, ctx: EmitContext, a, b, c, a_row, a_col, ldb, ldc, k, tail, alpha, beta) -> None:
+        bld, w, nv = ctx.b, self.w, self.vectors
+        vty = ir.VectorType(self.ty, w)
+        lanes = ir.Constant(ir.VectorType(I64, w), [I64(x) for x in range(w)])
+        last = bld.icmp_signed("<", lanes, _splat(bld, tail, w))  # lanes of the last vector inside C
+        masks = [None] * (nv - 1) + [last]
+        fma = ctx.intrinsic(f"llvm.fma.v{w}{'f32' if self.ty == F32 else 'f64'}", vty, [vty, vty, vty])
+        acc = [[entry_alloca(ctx, vty) for _ in range(nv)] for _ in range(self.rows)]
+        for slot in (s for row in acc for s in row):
+            bld.store(ir.Constant(vty, None), slot)
+        with ctx.for_range(0, k, name="p") as p:
+            b_row = bld.mul(p, ldb)
+            bvec = [_load_vec(ctx, b, bld.add(b_row, I64(v * w)), vty, self.size, masks[v]) for v in range(nv)]
+            a_at = bld.mul(p, a_col)
+            for r in range(self.rows):
+                x = _splat(bld, ctx.load(0, self.ty, bld.add(a_at, bld.mul(I64(r), a_row)), base=a), w)
+                for v in range(nv):
+                    bld.store(bld.call(fma, [x, bvec[v], bld.load(acc[r][v])]), acc[r][v])
+        va, vb = _splat(bld, alpha, w), _splat(bld, beta, w)
+        for r in range(self.rows):
+            for v in range(nv):
+                at = bld.add(bld.mul(I64(r), ldc), I64(v * w))
+                x = bld.fmul(bld.load(acc[r][v]), va)
+                if self.accumulate:
+                    x = bld.fadd(x, bld.fmul(_load_vec(ctx, c, at, vty, self.size, masks[v]), vb))
+                _store_vec(ctx, c, at, x, self.size, masks[v])
+
+
+def _splat(b: ir.IRBuilder, x: ir.Value, w: int) -> ir.Value:
+    vty = ir.VectorType(x.type, w)
+    v = b.insert_element(ir.Constant(vty, None), x, I32(0))
+    return b.shuffle_vector(v, ir.Constant(vty, None), ir.Constant(ir.VectorType(I32, w), [0] * w))
+
+
+def _load_vec(ctx: EmitContext, base: ir.Value, index: ir.Value, vty: ir.VectorType, size: int,
+              mask: "ir.Value | None") -> ir.Value:
+    """`W` consecutive elements at `base[index]`; masked-off lanes read as zero and touch no memory."""
+    ptr = ctx.addr(0, index, size, base=base)
+    if mask is None:
+        return ctx.b.load(ptr, typ=vty, align=size)
+    suffix = f"v{vty.count}{'f32' if size == 4 else 'f64'}"
+    fn = ctx.intrinsic(f"llvm.masked.load.{suffix}.p0", vty, [PTR, I32, mask.type, vty])
+    return ctx.b.call(fn, [ptr, I32(size), mask, ir.Constant(vty, None)])
+
+
+def _store_vec(ctx: EmitContext, base: ir.Value, index: ir.Value, value: ir.Value, size: int,
+               mask: "ir.Value | None") -> None:
+    """Store `W` consecutive elements at `base[index]` (only the masked-on lanes)."""
+    ptr = ctx.addr(0, index, size, base=base)
+    if mask is None:
+        ctx.b.store(value, ptr, align=size)
+        return
+    suffix = f"v{value.type.count}{'f32' if size == 4 else 'f64'}"
+    fn = ctx.intrinsic(f"llvm.masked.store.{suffix}.p0", ir.VoidType(), [value.type, PTR, I32, mask.type])
+    ctx.b.call(fn, [value, ptr, I32(size), mask])
+
+
+# ── packed half operands ─────────────────────────────────────────────────────
+
+_HALF_DTYPE = {HalfKind.Bf16: DType.BF16, HalfKind.F16: DType.F16}
+
+
+def widen_to_scratch(ctx: EmitContext, src: int, kind: HalfKind, count: int) -> int:
+    """Widen `count` packed halves at arena offset `src` to f32 scratch; returns the scratch offset."""
+    dst = ctx.scratch_alloc(count * 4)
+    dtype = _HALF_DTYPE[kind]
+
+    def body(i: ir.Value, w: int) -> None:
+        raw = ctx.load(src, STORAGE[dtype], i, w)
+        ctx.store(dst, widen_to_f32(ctx.b, dtype, raw), i, base=ctx.scratch)
+
+    ctx.vector_loop(count, body, name="widen")
+    return dst
+
+
+def narrow_from_scratch(ctx: EmitContext, src: int, dst: int, kind: HalfKind, count: int) -> None:
+    """Round `count` f32 of scratch at `src` to packed halves (RNE) at arena offset `dst`."""
+    dtype = _HALF_DTYPE[kind]
+
+    def body(i: ir.Value, w: int) -> None:
+        x = ctx.load(src, F32, i, w, base=ctx.scratch)
+        ctx.store(dst, narrow_from_f32(ctx.b, dtype, x), i)
+
+    ctx.vector_loop(count, body, name="narrow")
+
+
+def f32_operand(ctx: EmitContext, offset: int, kind: HalfKind, count: int) -> Operand:
+    """Pointer to an f32 view of an operand: the arena itself, or a widened scratch copy."""
+    if not kind.packed:
+        return ArenaRef(offset)
+    return scratch_ptr(ctx, widen_to_scratch(ctx, offset, kind, count))
+
+
+# ── plain GEMMs ──────────────────────────────────────────────────────────────
+
+@lowering("Sgemm", path="blas", check=check_blas_ints("m", "k", "n"))
+def sgemm(ctx: EmitContext, t) -> None:
+    """`C = A·B` in f32."""
+    gemm(ctx, FortranArgs(ctx), "s", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c))
+
+
+@lowering("SgemmT", path="blas", check=check_blas_ints("m", "k", "n"))
+def sgemm_t(ctx: EmitContext, t) -> None:
+    """`C = op(A)·op(B)`: transposes are BLAS trans flags."""
+    gemm(ctx, FortranArgs(ctx), "s", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c),
+         ta=bool(t.ta), tb=bool(t.tb))
+
+
+@lowering("Dgemm", path="blas", check=check_blas_ints("m", "k", "n"))
+def dgemm(ctx: EmitContext, t) -> None:
+    """`C = A·B` in f64."""
+    gemm(ctx, FortranArgs(ctx), "d", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c))
+
+
+@lowering("CgemmC64", path="blas", check=check_blas_ints("m", "k", "n"))
+def cgemm_c64(ctx: EmitContext, t) -> None:
+    """`C = A·B` on interleaved complex64 (no conjugation)."""
+    gemm(ctx, FortranArgs(ctx), "c", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c))
+
+
+def _batched(ctx: EmitContext, t, prec: str) -> None:
+    """Per batch `C[i] = A[i]·B[i]`; a broadcast operand (`*_bcast`) reuses matrix 0."""
+    fa, size = FortranArgs(ctx), ITEMSIZE[prec]
+    m, k, n, batch = t.m, t.k, t.n, t.batch
+    if batch == 0:
+        return
+    if t.b_bcast and not t.a_bcast:
+        # Every A[i] meets the same B: one GEMM over the stacked rows of A.
+        gemm(ctx, fa, prec, batch * m, n, k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c))
+        return
+    if batch == 1:
+        gemm(ctx, fa, prec, m, n, k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c))
+        return
+
+    def slices(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        fa_ = FortranArgs(sub)
+        with sub.for_range(start, stop, name="batch") as i:
+            a = sub.addr(t.a) if t.a_bcast else sub.addr(t.a, i, m * k * size)
+            b = sub.addr(t.b) if t.b_bcast else sub.addr(t.b, i, k * n * size)
+            gemm(sub, fa_, prec, m, n, k, a, b, sub.addr(t.c, i, m * n * size))
+
+    independent_gemms(ctx, prec, batch, m, n, k, slices)
+
+
+def independent_gemms(ctx: EmitContext, prec: str, count: int, m: int, n: int, k: int,
+                      body: Callable[[EmitContext, ir.Value, ir.Value], None]) -> None:
+    """Run `body(ctx, start, stop)` over `count` independent GEMMs of one shape; split across
+    threads when they run as IR tiles and each thread gets enough work (BLAS threads itself)."""
+    min_items = max(1, -(-PARALLEL_MIN_FMAS // max(1, m * n * k)))
+    if ir_tiles_win(m, prec, n, k) and count >= 2 * min_items:
+        ctx.parallel_for(count, body, grain=1, min_work=min_items)
+    else:
+        body(ctx, I64(0), I64(count))
+
+
+def _check_batched(t) -> None:
+    check_blas_ints("m", "k", "n")(t)
+    if t.b_bcast and not t.a_bcast and t.batch * t.m > BLAS_INT_MAX:
+        raise ValidationError(f"batch·m = {t.batch * t.m} exceeds the 32-bit BLAS integer bound "
+                              f"{BLAS_INT_MAX}", field="batch")
+
+
+@lowering("BatchedSgemm", path="blas", check=_check_batched)
+def batched_sgemm(ctx: EmitContext, t) -> None:
+    """Batched f32 GEMM with broadcast flags."""
+    _batched(ctx, t, "s")
+
+
+@lowering("BatchedDgemmF64", path="blas", check=_check_batched)
+def batched_dgemm_f64(ctx: EmitContext, t) -> None:
+    """Batched f64 GEMM with broadcast flags."""
+    _batched(ctx, t, "d")
+
+
+# ── half-precision operands ──────────────────────────────────────────────────
+
+def _half_gemm(ctx: EmitContext, t, a_kind: HalfKind, b_kind: HalfKind, c_kind: HalfKind) -> None:
+    """Widen packed operands, f32 GEMM, round a packed C back (RNE)."""
+    m, k, n = t.m, t.k, t.n
+    a = f32_operand(ctx, t.a, a_kind, m * k)
+    b = f32_operand(ctx, t.b, b_kind, k * n)
+    if not c_kind.packed:
+        gemm(ctx, FortranArgs(ctx), "s", m, n, k, a, b, ArenaRef(t.c))
+        return
+    c_tmp = ctx.scratch_alloc(m * n * 4)
+    gemm(ctx, FortranArgs(ctx), "s", m, n, k, a, b, scratch_ptr(ctx, c_tmp))
+    narrow_from_scratch(ctx, c_tmp, t.c, c_kind, m * n)
+
+
+@lowering("SgemmBf16", path="blas", check=check_blas_ints("m", "k", "n"))
+def sgemm_bf16(ctx: EmitContext, t) -> None:
+    """`C = A·B` with B packed bf16."""
+    _half_gemm(ctx, t, HalfKind.F32, HalfKind.Bf16, HalfKind.F32)
+
+
+@lowering("SgemmF16", path="blas", check=check_blas_ints("m", "k", "n"))
+def sgemm_f16(ctx: EmitContext, t) -> None:
+    """`C = A·B` with B packed f16."""
+    _half_gemm(ctx, t, HalfKind.F32, HalfKind.F16, HalfKind.F32)
+
+
+@lowering("SgemmHalf", path="blas", check=check_blas_ints("m", "k", "n"))
+def sgemm_half(ctx: EmitContext, t) -> None:
+    """`C = A·B` where any operand may be packed (HalfKind)."""
+    _half_gemm(ctx, t, t.a_kind, t.b_kind, t.c_kind)
+
+
+# ── fused and composite GEMMs ────────────────────────────────────────────────
+
+@lowering("FusedMmBiasAct", path="blas", check=check_blas_ints("m", "k", "n"))
+def fused_mm_bias_act(ctx: EmitContext, t) -> None:
+    """`C = act(A·W + bias)`: the GEMM, then one vector pass for bias and activation (erf Gelu).
+
+    With IR tiles the pass runs per column panel, right after the panel's tiles (cache-hot, and
+    on the panel's thread); after a BLAS call it is one pass over the whole of C.
+    """
+    gemm(ctx, FortranArgs(ctx), "s", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.w), ArenaRef(t.c),
+         epilogue=lambda sub, col0, width: bias_act_pass(sub, t, col0, width))
+
+
+def bias_act_pass(ctx: EmitContext, t, col0: ir.Value, width: int) -> None:
+    """`C[r, j] = act(C[r, j] + bias[j])` for every row and the columns [col0, col0 + width)."""
+    b = ctx.b
+    with ctx.for_range(0, t.m, name="row") as r:
+        row = b.add(b.mul(r, I64(t.n), flags=("nuw", "nsw")), col0, flags=("nuw", "nsw"))
+
+        def body(j: ir.Value, w: int) -> None:
+            at = b.add(row, j, flags=("nuw", "nsw"))
+            x = b.fadd(ctx.load(t.c, F32, at, w), ctx.load(t.bias, F32, b.add(col0, j), w))
+            if t.act is not None:
+                x = em.activation(b, t.act, x, region=False)
+            ctx.store(t.c, x, at)
+
+        ctx.vector_loop(width, body, name="col")
+
+
+@lowering("LoraMatMul", path="blas", check=check_blas_ints("m", "k", "n", "r"))
+def lora_mat_mul(ctx: EmitContext, t) -> None:
+    """`out = X·W + scale·(X·A)·B`; the rank-r intermediate `X·A` lives in scratch."""
+    fa = FortranArgs(ctx)
+    m, k, n, r = t.m, t.k, t.n, t.r
+    gemm(ctx, fa, "s", m, n, k, ArenaRef(t.x), ArenaRef(t.w), ArenaRef(t.dst))
+    if r == 0 or m == 0 or n == 0:
+        return
+    xa = scratch_ptr(ctx, ctx.scratch_alloc(m * r * 4))
+    gemm(ctx, fa, "s", m, r, k, ArenaRef(t.x), ArenaRef(t.a), xa)
+    gemm(ctx, fa, "s", m, n, r, xa, ArenaRef(t.b), ArenaRef(t.dst), alpha=t.scale, beta=1.0)
+
+
+@lowering("Conv2D1x1", path="blas", check=check_blas_ints("c_in", "c_out", "hw"))
+def conv2d_1x1(ctx: EmitContext, t) -> None:
+    """Per image `out[c_out, hw] = W[c_out, c_in]·X[c_in, hw]`."""
+    if t.n == 0:
+        return
+    if t.n == 1:
+        gemm(ctx, FortranArgs(ctx), "s", t.c_out, t.hw, t.c_in, ArenaRef(t.weight), ArenaRef(t.src), ArenaRef(t.dst))
+        return
+
+    def images(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        fa_ = FortranArgs(sub)
+        with sub.for_range(start, stop, name="image") as i:
+            gemm(sub, fa_, "s", t.c_out, t.hw, t.c_in, sub.addr(t.weight), sub.addr(t.src, i, t.c_in * t.hw * 4),
+                 sub.addr(t.dst, i, t.c_out * t.hw * 4))
+
+    independent_gemms(ctx, "s", t.n, t.c_out, t.hw, t.c_in, images)
+
+
+def _check_grouped(t) -> None:
+    check_blas_ints("m", "k_dim", "n")(t)
+    if t.m and t.num_experts == 0:
+        raise ValidationError(f"num_experts = 0 but m = {t.m} rows need an expert", field="num_experts")
+
+
+def expert_of(ctx: EmitContext, offset: int, row: ir.Value) -> ir.Value:
+    """Expert id of a row: the f32-encoded id `as usize` (truncating, NaN/negative → 0, saturating)."""
+    x = ctx.load(offset, F32, row)
+    return ctx.b.call(ctx.intrinsic("llvm.fptoui.sat.i64.f32", I64, [F32]), [x])
+
+
+@lowering("GroupedMatMul", path="blas", check=_check_grouped)
+def grouped_mat_mul(ctx: EmitContext, t) -> None:
+    """`out[i] = input[i]·W[idx[i]]`: rows counting-sorted by expert, one GEMM per expert.
+
+    Scratch holds the per-expert counts and cursors, each row's expert, the permutation, and the
+    gathered input and output rows.  An expert id ≥ num_experts returns `Status.INDEX_OUT_OF_RANGE`
+    before anything is written.
+    """
+    m, k, n, e_count = t.m, t.k_dim, t.n, t.num_experts
+    if m == 0 or n == 0:
+        return
+    b = ctx.b
+    counts, cursor = ctx.scratch_alloc(e_count * 8), ctx.scratch_alloc(e_count * 8)
+    expert, perm = ctx.scratch_alloc(m * 8), ctx.scratch_alloc(m * 8)
+    rows_in, rows_out = ctx.scratch_alloc(m * k * 4), ctx.scratch_alloc(m * n * 4)
+    zero_bytes(ctx, scratch_ptr(ctx, counts), e_count * 8)
+    with ctx.for_range(0, m, name="count") as i:
+        e = expert_of(ctx, t.expert_idx, i)
+        fail_unless(ctx, b.icmp_unsigned("<", e, I64(e_count)), Status.INDEX_OUT_OF_RANGE)
+        ctx.store(expert, e, i, base=ctx.scratch)
+        ctx.store(counts, b.add(ctx.load(counts, I64, e, base=ctx.scratch), I64(1)), e, base=ctx.scratch)
+    if k == 0:
+        zero_bytes(ctx, ctx.addr(t.dst), m * n * 4)
+        return
+    total = entry_alloca(ctx, I64)
+    b.store(I64(0), total)
+    with ctx.for_range(0, e_count, name="scan") as e:
+        start = b.load(total)
+        ctx.store(cursor, start, e, base=ctx.scratch)
+        b.store(b.add(start, ctx.load(counts, I64, e, base=ctx.scratch)), total)
+    with ctx.for_range(0, m, name="gather") as i:
+        e = ctx.load(expert, I64, i, base=ctx.scratch)
+        pos = ctx.load(cursor, I64, e, base=ctx.scratch)
+        ctx.store(cursor, b.add(pos, I64(1)), e, base=ctx.scratch)
+        ctx.store(perm, i, pos, base=ctx.scratch)
+        copy_bytes(ctx, scratch_ptr(ctx, rows_in, pos, k * 4), ctx.addr(t.input, i, k * 4), k * 4)
+    fa = FortranArgs(ctx)
+    with ctx.for_range(0, e_count, name="expert") as e:
+        cnt = ctx.load(counts, I64, e, base=ctx.scratch)
+        with b.if_then(b.icmp_unsigned(">", cnt, I64(0))):
+            start = b.sub(ctx.load(cursor, I64, e, base=ctx.scratch), cnt)
+            gemm(ctx, fa, "s", cnt, n, k, scratch_ptr(ctx, rows_in, start, k * 4),
+                 ctx.addr(t.weight, e, k * n * 4), scratch_ptr(ctx, rows_out, start, n * 4), tb=bool(t.w_transposed))
+    with ctx.for_range(0, m, name="scatter") as pos:
+        i = ctx.load(perm, I64, pos, base=ctx.scratch)
+        copy_bytes(ctx, ctx.addr(t.dst, i, n * 4), scratch_ptr(ctx, rows_out, pos, n * 4), n * 4)
+
+
+def _check_synth(t) -> None:
+    check_blas_ints("m", "k", "n")(t)
+    if t.entry_dim == 0:
+        raise ValidationError("entry_dim must be at least 1", field="entry_dim")
+    if t.k % t.entry_dim:
+        raise ValidationError(f"entry_dim = {t.entry_dim} does not divide k = {t.k}", field="entry_dim")
+    if t.n and t.k and t.num_entries == 0:
+        raise ValidationError("num_entries = 0: the codebook is empty but the weight needs entries",
+                              field="num_entries")
+
+
+@lowering("SynthMatMul", path="blas", check=_check_synth)
+def synth_mat_mul(ctx: EmitContext, t) -> None:
+    """`out = X·W`, `W[p, j] = codebook[indices[j, p / d], p mod d]`.
+
+    The weight is rebuilt in scratch in its stored `[n, k]` orientation (one `memcpy` of `d`
+    floats per code) and fed to sgemm with the B-transpose flag.  A code ≥ num_entries returns
+    `Status.INDEX_OUT_OF_RANGE` before anything is written.
+    """
+    m, k, n, d = t.m, t.k, t.n, t.entry_dim
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        zero_bytes(ctx, ctx.addr(t.dst), m * n * 4)
+        return
+    b, groups = ctx.b, k // d
+    wt = ctx.scratch_alloc(n * k * 4)
+    with ctx.for_range(0, n * groups, name="code") as g:
+        code = b.zext(ctx.load(t.indices, I8, g), I64)
+        fail_unless(ctx, b.icmp_unsigned("<", code, I64(t.num_entries)), Status.INDEX_OUT_OF_RANGE)
+        copy_bytes(ctx, scratch_ptr(ctx, wt, g, d * 4), ctx.addr(t.codebook, code, d * 4), d * 4)
+    gemm(ctx, FortranArgs(ctx), "s", m, n, k, ArenaRef(t.x), scratch_ptr(ctx, wt), ArenaRef(t.dst), tb=True)

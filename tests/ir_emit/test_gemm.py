@@ -1,0 +1,433 @@
+"""GEMM family against float64 NumPy references: every kind, shape class, transpose, batch flag and half mix.
+
+Every case lives in one schedule compiled once; outputs start as a NaN sentinel, so a missing
+write (e.g. `k = 0` must write zeros) shows, and bytes outside the declared outputs must not change.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+import rlx_llvm as rl
+import rlx_llvm.ir_emit.gemm  # noqa: F401  (registers the lowerings)
+import rlx_llvm.reference.gemm  # noqa: F401  (registers the references)
+from rlx_llvm import reference as ref
+from rlx_llvm import thunks as T
+from rlx_llvm.dtypes import HalfKind
+from rlx_llvm.errors import ExecutionError, ValidationError
+from rlx_llvm.ir_emit.gemm import GEMM_MODE_ENV
+from rlx_llvm.kernels.blas import Status
+from rlx_llvm.ops import Activation
+from rlx_llvm.reference.halves import f32_to_bf16_bits, f32_to_f16_bits
+
+SENTINEL = 0xFF  # every output byte starts as 0xFF (a NaN in f32/f64/f16)
+
+# (m, k, n): 1×1, skinny, k = 1, n = 1, wide, odd, and a size past OpenBLAS's small-matrix path
+SHAPES = [(1, 1, 1), (1, 17, 1), (37, 1, 5), (3, 7, 5), (33, 9, 1), (1, 64, 300), (67, 45, 29), (130, 70, 90)]
+ZERO_SHAPES = [(0, 5, 3), (4, 0, 3), (4, 5, 0)]
+F64_KINDS = {"Dgemm", "BatchedDgemmF64"}
+
+
+class Layout:
+    """Bump allocator of 64-byte-aligned arena slots, remembering what goes in each."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.top = 0
+        self.inputs: dict[int, np.ndarray] = {}
+        self.rng = np.random.default_rng(seed)
+
+    def slot(self, nbytes: int) -> int:
+        off = self.top
+        self.top += (max(nbytes, 1) + 63) // 64 * 64
+        return off
+
+    def put(self, array: np.ndarray) -> int:
+        off = self.slot(array.nbytes)
+        self.inputs[off] = np.ascontiguousarray(array)
+        return off
+
+    def normal(self, *shape: int, dtype=np.float32) -> np.ndarray:
+        return self.rng.standard_normal(shape).astype(dtype)
+
+    def half(self, kind: HalfKind, *shape: int) -> np.ndarray:
+        x = self.normal(*shape)
+        if kind is HalfKind.Bf16:
+            return f32_to_bf16_bits(x)
+        return f32_to_f16_bits(x).view(np.float16) if kind is HalfKind.F16 else x
+
+
+def arenas(lay: Layout, thunks: list) -> tuple[rl.Arena, rl.Arena]:
+    """(arena for the program, arena the references ran on), both from the same initial bytes."""
+    arena = rl.Arena(lay.top)
+    arena.fill(SENTINEL)
+    for off, data in lay.inputs.items():
+        arena.write(off, data)
+    expected = rl.Arena.from_bytes(arena.bytes)
+    for t in thunks:
+        ref.REFERENCES[type(t).__name__](expected.bytes, t)
+    return arena, expected
+
+
+def output_mask(thunks: list, nbytes: int) -> np.ndarray:
+    """True on every byte some thunk declares as output."""
+    mask = np.zeros(nbytes, dtype=bool)
+    for t in thunks:
+        for ext in t.writes():
+            mask[ext.offset:ext.offset + ext.nbytes] = True
+    return mask
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, what: str) -> None:
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    assert np.array_equal(np.isnan(got), np.isnan(want)), f"{what}: NaN positions differ"
+    finite = np.isfinite(want)
+    assert np.array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)]), f"{what}: infinities differ"
+    err = np.abs(got[finite] - want[finite]) / (atol + rtol * np.abs(want[finite]))
+    assert err.size == 0 or err.max() <= 1.0, f"{what}: max scaled error {err.max():.2f}"
+
+
+def assert_half_close(got_bits: np.ndarray, want_bits: np.ndarray, what: str) -> None:
+    """Packed halves within one ulp (the f32 GEMM and the f64 reference may round a tie differently)."""
+    diff = np.abs(got_bits.astype(np.int32) - want_bits.astype(np.int32))
+    assert diff.max(initial=0) <= 1, f"{what}: packed halves differ by {diff.max()} ulps"
+
+
+# ── the big schedule ─────────────────────────────────────────────────────────
+
+def gemm_cases(lay: Layout) -> list[tuple[str, object]]:
+    cases = []
+    for m, k, n in SHAPES + ZERO_SHAPES:
+        tag = f"{m}x{k}x{n}"
+        cases.append((f"sgemm {tag}", T.Sgemm(a=lay.put(lay.normal(m, k)), b=lay.put(lay.normal(k, n)),
+                                            c=lay.slot(m * n * 4), m=m, k=k, n=n)))
+        for ta in (False, True):
+            for tb in (False, True):
+                a = lay.normal(k, m) if ta else lay.normal(m, k)
+                b = lay.normal(n, k) if tb else lay.normal(k, n)
+                cases.append((f"sgemm_t {tag} ta={ta} tb={tb}", T.SgemmT(
+                    a=lay.put(a), b=lay.put(b), c=lay.slot(m * n * 4), m=m, k=k, n=n, ta=ta, tb=tb)))
+        cases.append((f"dgemm {tag}", T.Dgemm(a=lay.put(lay.normal(m, k, dtype=np.float64)),
+                                            b=lay.put(lay.normal(k, n, dtype=np.float64)),
+                                            c=lay.slot(m * n * 8), m=m, k=k, n=n)))
+        cases.append((f"cgemm {tag}", T.CgemmC64(a=lay.put(lay.normal(m, 2 * k)), b=lay.put(lay.normal(k, 2 * n)),
+                                               c=lay.slot(m * n * 8), m=m, k=k, n=n)))
+        cases.append((f"sgemm_bf16 {tag}", T.SgemmBf16(a=lay.put(lay.normal(m, k)),
+                                                     b=lay.put(lay.half(HalfKind.Bf16, k, n)),
+                                                     c=lay.slot(m * n * 4), m=m, k=k, n=n)))
+        cases.append((f"sgemm_f16 {tag}", T.SgemmF16(a=lay.put(lay.normal(m, k)),
+                                                   b=lay.put(lay.half(HalfKind.F16, k, n)),
+                                                   c=lay.slot(m * n * 4), m=m, k=k, n=n)))
+    for m, k, n in [(3, 7, 5), (1, 1, 1), (19, 33, 17)]:
+        for batch in (1, 3):
+            for a_bc in (False, True):
+                for b_bc in (False, True):
+                    for kind, dt, size in (("BatchedSgemm", np.float32, 4), ("BatchedDgemmF64", np.float64, 8)):
+                        cases.append((f"{kind} b{batch} {m}x{k}x{n} a_bcast={a_bc} b_bcast={b_bc}", getattr(T, kind)(
+                            a=lay.put(lay.normal(1 if a_bc else batch, m, k, dtype=dt)),
+                            b=lay.put(lay.normal(1 if b_bc else batch, k, n, dtype=dt)),
+                            c=lay.slot(batch * m * n * size), batch=batch, m=m, k=k, n=n, a_bcast=a_bc, b_bcast=b_bc)))
+    half_shapes = [(5, 9, 7), (1, 1, 1), (34, 17, 40)]
+    combos = [(ak, bk, ck) for ak in HalfKind for bk in HalfKind for ck in HalfKind]
+    for i, (ak, bk, ck) in enumerate(combos):  # every mix, the shapes taking turns
+        for m, k, n in (half_shapes[i % 3], half_shapes[(i + 1) % 3]):
+            cases.append((f"sgemm_half {m}x{k}x{n} {ak.name}/{bk.name}/{ck.name}", T.SgemmHalf(
+                a=lay.put(lay.half(ak, m, k)), b=lay.put(lay.half(bk, k, n)), c=lay.slot(m * n * ck.itemsize),
+                m=m, k=k, n=n, a_kind=ak, b_kind=bk, c_kind=ck)))
+    acts = [None, Activation.Gelu, Activation.Relu, Activation.Silu, Activation.GeluApprox]
+    for i, (m, k, n) in enumerate([(1, 1, 1), (7, 13, 37), (16, 32, 48), (3, 1, 17), (2, 0, 5), (70, 40, 130)]):
+        for act in (acts[i % 5], acts[(i + 2) % 5]):
+            cases.append((f"fused {m}x{k}x{n} {act}", T.FusedMmBiasAct(
+                a=lay.put(lay.normal(m, k)), w=lay.put(lay.normal(k, n)), bias=lay.put(lay.normal(n)),
+                c=lay.slot(m * n * 4), m=m, k=k, n=n, act=act)))
+    for m, k, n, r in [(1, 1, 1, 1), (9, 17, 13, 4), (33, 8, 5, 0), (4, 30, 6, 8)]:
+        cases.append((f"lora {m}x{k}x{n} r={r}", T.LoraMatMul(
+            x=lay.put(lay.normal(m, k)), w=lay.put(lay.normal(k, n)), a=lay.put(lay.normal(k, r)),
+            b=lay.put(lay.normal(r, n)), dst=lay.slot(m * n * 4), m=m, k=k, n=n, r=r, scale=0.37)))
+    for n_img, c_in, c_out, hw in [(1, 1, 1, 1), (3, 5, 7, 11), (2, 16, 3, 49)]:
+        cases.append((f"conv1x1 {n_img} {c_in}->{c_out} hw={hw}", T.Conv2D1x1(
+            src=lay.put(lay.normal(n_img, c_in, hw)), weight=lay.put(lay.normal(c_out, c_in)),
+            dst=lay.slot(n_img * c_out * hw * 4), n=n_img, c_in=c_in, c_out=c_out, hw=hw)))
+    for m, k, n, e in [(1, 1, 1, 1), (11, 6, 9, 3), (40, 17, 5, 4), (6, 0, 3, 2)]:
+        ids = lay.rng.integers(0, e, m).astype(np.float32) + np.float32(0.75)  # 2.75 `as usize` is 2
+        ids[ids >= e] = e - 1
+        if m >= 6:
+            ids[:3] = [np.nan, -3.0, -0.5]  # NaN and negatives `as usize` are 0
+        for wt in (False, True):
+            cases.append((f"grouped {m}x{k}x{n} E={e} wt={wt}", T.GroupedMatMul(
+                input=lay.put(lay.normal(m, k)), weight=lay.put(lay.normal(e, k, n)), expert_idx=lay.put(ids),
+                dst=lay.slot(m * n * 4), m=m, k_dim=k, n=n, num_experts=e, w_transposed=wt)))
+    for m, k, n, d, entries in [(1, 1, 1, 1, 1), (7, 12, 9, 4, 5), (3, 30, 17, 3, 256)]:
+        codes = lay.rng.integers(0, entries, (n, k // d)).astype(np.uint8)
+        cases.append((f"synth {m}x{k}x{n} d={d}", T.SynthMatMul(
+            x=lay.put(lay.normal(m, k)), indices=lay.put(codes), codebook=lay.put(lay.normal(entries, d)),
+            dst=lay.slot(m * n * 4), m=m, k=k, n=n, entry_dim=d, num_entries=entries)))
+    cases += parallel_cases(lay)
+    return cases
+
+
+def parallel_cases(lay: Layout) -> list[tuple[str, object]]:
+    """Shapes big enough that the IR tiles split their panels (or slices) across threads."""
+    m, k, n = 64, 512, 200  # 4 panels (the last one ragged) of ≥ 2²¹ multiply-adds each
+    return [
+        ("parallel sgemm", T.Sgemm(a=lay.put(lay.normal(m, k)), b=lay.put(lay.normal(k, n)), c=lay.slot(m * n * 4),
+                                   m=m, k=k, n=n)),
+        ("parallel sgemm_t ta", T.SgemmT(a=lay.put(lay.normal(k, m)), b=lay.put(lay.normal(k, n)),
+                                         c=lay.slot(m * n * 4), m=m, k=k, n=n, ta=True, tb=False)),
+        ("parallel dgemm", T.Dgemm(a=lay.put(lay.normal(m, k, dtype=np.float64)),
+                                   b=lay.put(lay.normal(k, n, dtype=np.float64)), c=lay.slot(m * n * 8), m=m, k=k, n=n)),
+        ("parallel fused gelu", T.FusedMmBiasAct(a=lay.put(lay.normal(m, k)), w=lay.put(lay.normal(k, n) * 0.05),
+                                                 bias=lay.put(lay.normal(n)), c=lay.slot(m * n * 4), m=m, k=k, n=n,
+                                                 act=Activation.Gelu)),
+        ("parallel batched", T.BatchedSgemm(a=lay.put(lay.normal(8, 64, 256)), b=lay.put(lay.normal(8, 256, 64)),
+                                            c=lay.slot(8 * 64 * 64 * 4), batch=8, m=64, k=256, n=64,
+                                            a_bcast=False, b_bcast=False)),
+        ("parallel conv1x1", T.Conv2D1x1(src=lay.put(lay.normal(4, 256, 64)), weight=lay.put(lay.normal(64, 256)),
+                                         dst=lay.slot(4 * 64 * 64 * 4), n=4, c_in=256, c_out=64, hw=64)),
+    ]
+
+
+@contextlib.contextmanager
+def gemm_mode(mode: str) -> Iterator[None]:
+    """Compile with `RLX_LLVM_GEMM=mode` ("auto": IR tiles where faster; "blas": every GEMM calls BLAS)."""
+    old = os.environ.get(GEMM_MODE_ENV)
+    os.environ[GEMM_MODE_ENV] = mode
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(GEMM_MODE_ENV)
+        else:
+            os.environ[GEMM_MODE_ENV] = old
+
+
+class Built:
+    """All GEMM cases in one schedule, compiled once (in one GEMM mode) and run once, next to the references."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        lay = Layout(seed=3)
+        self.cases = gemm_cases(lay)
+        self.thunks = [t for _, t in self.cases]
+        self.schedule = rl.ThunkSchedule(self.thunks, arena_bytes=lay.top)
+        self.arena, self.expected = arenas(lay, self.thunks)
+        self.initial = rl.Arena.from_bytes(self.arena.bytes)
+        with gemm_mode(mode):
+            self.program = rl.compile(self.schedule, cache=False)
+        self.program.run(self.arena)
+
+
+@pytest.fixture(scope="module", params=["auto", "blas"])
+def built(request) -> Built:
+    return Built(request.param)
+
+
+@pytest.fixture(scope="module")
+def built_blas() -> Built:
+    return Built("blas")
+
+
+def _check_case(name: str, t, arena: rl.Arena, expected: rl.Arena) -> None:
+    kind = type(t).__name__
+    if not t.writes():  # m = 0 or n = 0: nothing to write
+        return
+    ext = t.writes()[0]
+    got, want = arena.bytes[ext.offset:ext.offset + ext.nbytes], expected.bytes[ext.offset:ext.offset + ext.nbytes]
+    k = getattr(t, "k", None) or getattr(t, "k_dim", None) or getattr(t, "c_in", 1) or 1
+    if kind == "SgemmHalf" and t.c_kind.packed:
+        assert_half_close(got.view(np.uint16), want.view(np.uint16), name)
+        return
+    if kind in F64_KINDS:
+        assert_close(got.view(np.float64), want.view(np.float64), 1e-12, 1e-12 * np.sqrt(k), name)
+        return
+    assert_close(got.view(np.float32), want.view(np.float32), 1e-5, 3e-6 * max(1.0, np.sqrt(k)), name)
+
+
+def test_every_case_matches_the_float64_reference(built: Built) -> None:
+    for name, t in built.cases:
+        _check_case(name, t, built.arena, built.expected)
+
+
+def test_nothing_outside_the_outputs_changes(built: Built) -> None:
+    keep = ~output_mask(built.thunks, built.arena.nbytes)
+    assert np.array_equal(built.arena.bytes[keep], built.initial.bytes[keep])
+
+
+def test_k_zero_writes_zeros(built: Built) -> None:
+    for name, t in built.cases:
+        if getattr(t, "k", None) == 0 and type(t).__name__ in ("Sgemm", "SgemmT", "Dgemm"):
+            ext = t.writes()[0]
+            assert not built.arena.bytes[ext.offset:ext.offset + ext.nbytes].any(), name
+
+
+def test_report_says_how_each_gemm_runs(built: Built) -> None:
+    """By default small real GEMMs run as IR tiles ("llvm"); complex and grouped GEMMs call BLAS."""
+    paths = [row.path for row in built.program.report()]
+    assert set(paths) <= {"llvm", "blas"}
+    assert "blas" in {row.path for row in built.program.report() if row.kind == "CgemmC64"}
+    if built.mode == "blas":  # every GEMM with work to do calls BLAS
+        dims = ("m", "k", "n", "k_dim", "batch", "hw", "c_in", "c_out", "r")
+        for t, row in zip(built.thunks, built.program.report()):
+            if all(getattr(t, d, 1) for d in dims):
+                assert row.path == "blas", row
+    else:
+        assert "llvm" in paths
+
+
+def _thunk_ir(built: Built, name: str) -> str:
+    return built.program.llvm_ir(thunk=next(i for i, (n, _) in enumerate(built.cases) if n == name))
+
+
+def test_blas_calls_have_constant_dims(built_blas: Built) -> None:
+    """The IR calls our prefixed symbols with dims stored as constants in entry-block slots."""
+    ir_text = _thunk_ir(built_blas, "sgemm 1x17x1")
+    assert 'call void @"rlx_sgemm"(' in ir_text and "store i32 17" in ir_text
+    assert built_blas.program.llvm_ir().count('declare void @"rlx_sgemm"(') == 1
+
+
+def test_large_ir_gemms_fork_rlx_threads(built: Built) -> None:
+    forks = {name: "GOMP_parallel" in _thunk_ir(built, name) for name, _ in built.cases if name.startswith("parallel")}
+    assert set(forks.values()) == {built.mode == "auto"}, forks
+
+
+def test_by_default_real_gemms_run_as_ir_tiles() -> None:
+    lay = Layout()
+    t = T.Sgemm(a=lay.put(lay.normal(64, 64)), b=lay.put(lay.normal(64, 64)), c=lay.slot(64 * 64 * 4),
+                m=64, k=64, n=64)
+    c64 = T.CgemmC64(a=lay.put(lay.normal(4, 8)), b=lay.put(lay.normal(4, 8)), c=lay.slot(128), m=4, k=4, n=4)
+    with gemm_mode("auto"):
+        prog = rl.compile(rl.ThunkSchedule([t, c64], arena_bytes=lay.top), cache=False)
+    assert '@"rlx.tile.f32.r6.v4"' in prog.llvm_ir(thunk=0) and "rlx_sgemm" not in prog.llvm_ir(thunk=0)
+    assert 'call void @"rlx_cgemm"(' in prog.llvm_ir(thunk=1)
+
+
+def test_repeat_runs_are_identical(built: Built) -> None:
+    again = rl.Arena.from_bytes(built.initial.bytes)
+    built.program.run(again)
+    built.program.run(again)
+    assert np.array_equal(again.bytes, built.arena.bytes)
+
+
+def test_one_program_runs_from_two_threads_at_once(built: Built) -> None:
+    """Scratch is per calling thread: concurrent runs on separate arenas give the single-run bytes."""
+    arenas_ = [rl.Arena.from_bytes(built.initial.bytes) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def work(a: rl.Arena) -> None:
+        try:
+            for _ in range(3):
+                built.program.run(a)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(a,)) for a in arenas_]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    for a in arenas_:
+        assert np.array_equal(a.bytes, built.arena.bytes)
+
+
+# ── no Python between native thunks ──────────────────────────────────────────
+
+def _python_calls_during(prog: rl.Program, arena: rl.Arena) -> list[str]:
+    calls: list[str] = []
+
+    def profiler(frame, event, arg) -> None:
+        if event == "call":
+            calls.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+    sys.setprofile(profiler)
+    try:
+        prog.run(arena)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_no_python_frame_runs_between_native_thunks() -> None:
+    lay = Layout(seed=5)
+    a, b = lay.put(lay.normal(16, 16)), lay.put(lay.normal(16, 16))
+    chain = [T.Sgemm(a=a, b=b, c=lay.slot(1024), m=16, k=16, n=16)]
+    chain.append(T.SgemmT(a=chain[0].c, b=b, c=lay.slot(1024), m=16, k=16, n=16, ta=True, tb=False))
+    chain.append(T.FusedMmBiasAct(a=chain[1].c, w=b, bias=a, c=lay.slot(1024), m=16, k=16, n=16, act=Activation.Gelu))
+    chain.append(T.SgemmBf16(a=chain[2].c, b=lay.put(lay.half(HalfKind.Bf16, 16, 16)), c=lay.slot(1024),
+                             m=16, k=16, n=16))
+    chain.append(T.BatchedSgemm(a=chain[3].c, b=b, c=lay.slot(1024), batch=1, m=16, k=16, n=16,
+                                a_bcast=False, b_bcast=False))
+    arena = rl.Arena(lay.top)
+    for off, data in lay.inputs.items():
+        arena.write(off, data)
+    five = rl.compile(rl.ThunkSchedule(chain, arena_bytes=lay.top), cache=False)
+    one = rl.compile(rl.ThunkSchedule(chain[3:4], arena_bytes=lay.top), cache=False)  # uses scratch too
+    assert len(five.report()) == 5 and {r.path for r in five.report()} <= {"blas", "llvm"}
+    five.run(arena)
+    one.run(arena)  # first-use allocations (per-thread scratch) happen outside the profiled runs
+    calls_five, calls_one = _python_calls_during(five, arena), _python_calls_during(one, arena)
+    assert sorted(calls_five) == sorted(calls_one), "five native thunks must cost no more Python than one"
+    setup = ("program.py:run", "program.py:_arena_bytes", "program.py:_thread_scratch", "arena.py:nbytes",
+             "arena.py:address")
+    # what remains is Program.run's own set-up before the one native segment call: the arena and
+    # scratch addresses (NumPy's `ndarray.ctypes` is Python code)
+    assert all(c.endswith(setup) or "numpy/_core/_internal.py" in c for c in calls_five), calls_five
+    assert sum(c.endswith("program.py:run") for c in calls_five) == 1
+
+
+# ── run-time failures and validation ─────────────────────────────────────────
+
+def test_out_of_range_expert_id_is_an_execution_error() -> None:
+    lay = Layout()
+    before = T.Sgemm(a=lay.put(lay.normal(2, 2)), b=lay.put(lay.normal(2, 2)), c=lay.slot(16), m=2, k=2, n=2)
+    bad = T.GroupedMatMul(input=lay.put(lay.normal(3, 2)), weight=lay.put(lay.normal(2, 2, 2)),
+                          expert_idx=lay.put(np.float32([0, 2, 1])), dst=lay.slot(24), m=3, k_dim=2, n=2,
+                          num_experts=2, w_transposed=False)
+    arena, expected = arenas(lay, [before])
+    prog = rl.compile(rl.ThunkSchedule([before, bad], arena_bytes=lay.top), cache=False)
+    with pytest.raises(ExecutionError) as info:
+        prog.run(arena)
+    assert (info.value.index, info.value.kind, info.value.status) == (1, "GroupedMatMul", Status.INDEX_OUT_OF_RANGE)
+    assert np.array_equal(arena.view(before.c, "f32", 4), expected.view(before.c, "f32", 4))
+    assert (arena.bytes[bad.dst:bad.dst + 24] == SENTINEL).all(), "the failing thunk writes nothing"
+
+
+def test_out_of_range_codebook_code_is_an_execution_error() -> None:
+    lay = Layout()
+    bad = T.SynthMatMul(x=lay.put(lay.normal(2, 4)), indices=lay.put(np.uint8([0, 1, 3, 0])),
+                        codebook=lay.put(lay.normal(3, 2)), dst=lay.slot(16), m=2, k=4, n=2, entry_dim=2,
+                        num_entries=3)
+    arena, _ = arenas(lay, [])
+    with pytest.raises(ExecutionError) as info:
+        rl.compile(rl.ThunkSchedule([bad], arena_bytes=lay.top), cache=False).run(arena)
+    assert info.value.status == Status.INDEX_OUT_OF_RANGE
+
+
+@pytest.mark.parametrize("thunk, field, needle", [
+    (T.Sgemm(a=0, b=2**40, c=2**42, m=1, k=1, n=2**31), "n", "2147483647"),
+    (T.SgemmT(a=0, b=2**40, c=2**42, m=2**31, k=1, n=1, ta=True, tb=False), "m", "2147483647"),
+    (T.BatchedSgemm(a=0, b=2**40, c=2**42, batch=2**20, m=2**12, k=1, n=1, a_bcast=False, b_bcast=True),
+     "batch", "2147483647"),
+    (T.SynthMatMul(x=0, indices=64, codebook=128, dst=192, m=1, k=6, n=1, entry_dim=4, num_entries=2),
+     "entry_dim", "does not divide"),
+    (T.SynthMatMul(x=0, indices=64, codebook=128, dst=192, m=1, k=4, n=1, entry_dim=0, num_entries=2),
+     "entry_dim", "at least 1"),
+    (T.GroupedMatMul(input=0, weight=64, expert_idx=128, dst=192, m=2, k_dim=1, n=1, num_experts=0,
+                     w_transposed=False), "num_experts", "num_experts = 0"),
+])
+def test_dims_that_do_not_fit_are_validation_errors(thunk, field: str, needle: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        rl.compile(rl.ThunkSchedule([thunk], arena_bytes=2**46), cache=False)
+    assert info.value.field == field and needle in str(info.value) and info.value.index == 0
+
+
+def test_operands_past_the_arena_name_their_field() -> None:
+    with pytest.raises(ValidationError) as info:
+        rl.compile(rl.ThunkSchedule([T.Sgemm(a=4096, b=0, c=256, m=4, k=4, n=4)], arena_bytes=4096),
+                   cache=False)
+    assert info.value.field == "a" and "4096" in str(info.value)
