@@ -16,12 +16,14 @@ from .errors import ExecutionError, RlxError, UnsupportedThunkError, ValidationE
 from .ops import (Activation, AttentionBwdWrt, BinaryOp, ChainOperand, ChainStep, CmpOp, MaskKind,
                   QuantScheme, ReduceOp, RngBackend, RngOptions, ScaledFormat, ScaleLayout, ScaleMode,
                   ScatterNdReduction, SteKind)
+from .kernels.threads import get_num_threads, set_num_threads
 from .program import Program, compile
 from .schedule import ThunkSchedule
 
 __version__ = "0.1.0"
 
 __all__ = ["Arena", "Program", "ThunkSchedule", "compile", "coverage", "thunks", "ops",
+           "set_num_threads", "get_num_threads",
            "RlxError", "ValidationError", "UnsupportedThunkError", "ExecutionError",
            "DType", "LaneKind", "HalfKind", "Activation", "AttentionBwdWrt", "BinaryOp", "ChainOperand",
            "ChainStep", "CmpOp", "MaskKind", "QuantScheme", "ReduceOp", "RngBackend", "RngOptions",

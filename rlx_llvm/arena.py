@@ -27,6 +27,8 @@ class Arena:
         self._raw = raw
         self.bytes: np.ndarray = raw[start:start + int(nbytes)]
         """The whole arena as a writable uint8 array."""
+        self._address = int(raw.ctypes.data) + start
+        self._nbytes = int(nbytes)
 
     @classmethod
     def from_bytes(cls, data: "bytes | np.ndarray") -> "Arena":
@@ -40,12 +42,12 @@ class Arena:
     @property
     def nbytes(self) -> int:
         """Size in bytes."""
-        return int(self.bytes.size)
+        return self._nbytes
 
     @property
     def address(self) -> int:
         """Address of byte 0 (64-byte aligned)."""
-        return int(self.bytes.ctypes.data)
+        return self._address
 
     def _check(self, offset: int, nbytes: int, what: str) -> None:
         if not isinstance(offset, (int, np.integer)) or offset < 0 or offset + nbytes > self.nbytes:

@@ -95,6 +95,7 @@ class _ModuleBuilder:
         self.symbols: dict[int, str] = {}
         self.emit_ms: dict[int, float] = {}
         self.scratch_bytes = 0
+        self.paths: dict[int, str] = {}
 
     def declare(self, name: str, fnty: ir.FunctionType) -> ir.Function:
         existing = self.module.globals.get(name)
@@ -115,6 +116,8 @@ class _ModuleBuilder:
         registry.LOWERINGS[type(thunk).__name__].emit(ctx, thunk)
         ctx.finish()
         self.scratch_bytes = max(self.scratch_bytes, ctx.scratch_bytes)
+        declared = registry.LOWERINGS[type(thunk).__name__].path
+        self.paths[index] = "blas" if "blas" in ctx.paths else ("llvm" if ctx.paths else declared)
         self.emit_ms[index] = (time.perf_counter() - t0) * 1e3
         self.symbols[index] = name
         self.module.add_named_metadata("rlx.thunks", [ir.MetaDataString(self.module, f"{name}: {thunk!r}")])
@@ -193,7 +196,12 @@ def _warm_key(schedule, opt_level: int) -> str | None:
         text = schedule.to_json()
     except Exception:  # not serializable: no warm start (validation will explain)
         return None
-    return hashlib.sha256("\0".join([text, code_fingerprint(), jit.cache_key("", opt_level)]).encode()).hexdigest()
+    # Emitter switches read from the environment at compile time (e.g. RLX_LLVM_GEMM) change the
+    # code, so they are part of the key; the cache's own settings are not.
+    switches = sorted(f"{k}={v}" for k, v in os.environ.items()
+                      if k.startswith("RLX_LLVM_") and not k.startswith("RLX_LLVM_CACHE"))
+    parts = [text, code_fingerprint(), jit.cache_key("", opt_level), *switches]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def _warm_lookup(store: "jit.ObjectCache", schedule, opt_level: int) -> dict | None:
@@ -246,6 +254,7 @@ class Program:
                 fns = [mb.thunk_function(i, self.schedule.thunks[i]) for i in step.indices]
                 mb.driver(step, fns)
         self._symbols = mb.symbols
+        self._paths = [mb.paths.get(i, p) for i, p in enumerate(self._paths)]
         self.scratch_bytes: int = mb.scratch_bytes
         """Bytes of per-thread scratch the native code needs (allocated lazily per calling thread)."""
         self._emit_ms = mb.emit_ms
@@ -297,8 +306,8 @@ class Program:
     # ── running ──
     def run(self, arena: "Arena | np.ndarray") -> None:
         """Execute the schedule on `arena` (an Arena, or a 64-byte-aligned writable uint8 array)."""
-        buf = _arena_bytes(arena, self.schedule.arena_bytes)
-        address, scratch = buf.ctypes.data, self._thread_scratch()
+        buf, address = _arena_bytes(arena, self.schedule.arena_bytes)
+        scratch = self._thread_scratch()
         for step in self._steps:
             if isinstance(step, _NativeStep):
                 status = step.fn(address, scratch)
@@ -322,13 +331,13 @@ class Program:
         """Address of this thread's scratch buffer (64-byte aligned), allocated on first use."""
         if not self.scratch_bytes:
             return 0
-        mem = getattr(self._scratch, "mem", None)
-        if mem is None:
+        address = getattr(self._scratch, "address", None)
+        if address is None:
             raw = np.empty(self.scratch_bytes + ALIGNMENT, dtype=np.uint8)
             start = (-raw.ctypes.data) % ALIGNMENT
-            self._scratch.raw = raw
-            self._scratch.mem = mem = raw[start:start + self.scratch_bytes]
-        return mem.ctypes.data
+            self._scratch.raw = raw  # keeps the buffer alive as long as the thread-local
+            self._scratch.address = address = raw.ctypes.data + start
+        return address
 
     # ── inspection ──
     def report(self) -> Report:
@@ -369,16 +378,22 @@ class Program:
         return f"<Program: {len(self.schedule.thunks)} thunks, {n} native, {self.compile_ms:.0f} ms compile>"
 
 
-def _arena_bytes(arena, needed: int) -> np.ndarray:
-    buf = arena.bytes if isinstance(arena, Arena) else arena
+def _arena_bytes(arena, needed: int) -> tuple[np.ndarray, int]:
+    """The arena's bytes and address, checked (an Arena's address is cached: no NumPy call)."""
+    if isinstance(arena, Arena):
+        if arena.nbytes < needed:
+            raise ValidationError(f"the arena has {arena.nbytes} bytes; the schedule needs {needed}")
+        return arena.bytes, arena.address
+    buf = arena
     if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1 \
             or not buf.flags.c_contiguous or not buf.flags.writeable:
         raise ValidationError("the arena must be an Arena or a writable, contiguous 1-D uint8 array")
     if buf.size < needed:
         raise ValidationError(f"the arena has {buf.size} bytes; the schedule needs {needed}")
-    if buf.size and buf.ctypes.data % ALIGNMENT:
+    address = buf.ctypes.data
+    if buf.size and address % ALIGNMENT:
         raise ValidationError(f"the arena must be {ALIGNMENT}-byte aligned (use rlx_llvm.Arena)")
-    return buf
+    return buf, address
 
 
 def _extract_function(text: str, symbol: str, header: str = "") -> str:

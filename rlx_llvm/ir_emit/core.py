@@ -93,6 +93,7 @@ class EmitContext:
         self.scratch = fn.args[1] if scratch is None else scratch
         self._declare = declare
         self._outlined = 0
+        self.paths: set[str] = set()  # "llvm"/"blas" as the emitted code actually turned out
         self._streamed = False
         self.scratch_bytes = 0  # how much scratch this thunk asked for
 
@@ -204,6 +205,11 @@ class EmitContext:
         if n - main:
             with self.for_range(main, n, 1, name=f"{name}.tail") as i:
                 body(i, 1)
+
+    def note_path(self, path: str) -> None:
+        """Record how this thunk's code actually runs (e.g. a GEMM chose IR tiles over a BLAS call);
+        `Program.report()` shows "blas" if any BLAS call was emitted, else "llvm"."""
+        self.paths.add(path)
 
     # ── threads ──
     def parallel_for(self, n: int, body: Callable[["EmitContext", ir.Value, ir.Value], None],

@@ -92,6 +92,7 @@ def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int)
     ob.position_at_end(done)
     ob.ret_void()
 
+    ctx.paths |= sub.paths
     stride_bytes = (sub.scratch_bytes + 63) // 64 * 64
     base = ctx.scratch_alloc(stride_bytes * MAX_THREADS) if stride_bytes else 0
     with b.goto_entry_block():
