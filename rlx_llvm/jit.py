@@ -149,18 +149,15 @@ def parse_and_verify(ir_text: str):
 
 
 def unresolved_externals(mod, defined: set[str] = frozenset()) -> list[str]:
-    """Declarations that neither LLVM intrinsics, the process, nor `defined` provide."""
-    missing = []
-    for fn in mod.functions:
-        name = fn.name
-        if fn.is_declaration and not name.startswith("llvm.") and name not in defined \
-                and not llvm.address_of_symbol(name):
-            missing.append(name)
-    return missing
+    """Declared functions and globals that neither LLVM intrinsics, the process, nor `defined` provide."""
+    return [name for name in _declared_externals(mod) if name not in defined and not llvm.address_of_symbol(name)]
 
 
 def _declared_externals(mod) -> list[str]:
-    return sorted(fn.name for fn in mod.functions if fn.is_declaration and not fn.name.startswith("llvm."))
+    """Every external symbol the module uses: function declarations and external globals."""
+    names = [fn.name for fn in mod.functions if fn.is_declaration and not fn.name.startswith("llvm.")]
+    names += [g.name for g in mod.global_variables if g.is_declaration]
+    return sorted(names)
 
 
 def optimize(mod, opt: int = 3) -> None:
@@ -267,10 +264,8 @@ def compile_ir(ir_text: str, *, opt: int = 3, cache: "ObjectCache | None" = None
     key = cache_key(ir_text, opt)
     if cache is not None:
         hit = cache.load(key)
-        if hit is not None:
-            missing = [s for s in hit.externals if not llvm.address_of_symbol(s)]
-            if not missing:
-                return hit
+        if hit is not None and all(llvm.address_of_symbol(s) for s in hit.externals):
+            return hit
     t0 = time.perf_counter()
     mod = parse_and_verify(ir_text)
     t1 = time.perf_counter()
@@ -308,7 +303,11 @@ class Engine:
         self._ee = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._tm)
 
     def load(self, code: ObjectCode) -> None:
-        """Add an object file and finalize it."""
+        """Add an object file and finalize it (refusing one whose externals would link to NULL)."""
+        missing = [name for name in code.externals if not llvm.address_of_symbol(name)]
+        if missing:
+            raise RlxError(f"unresolved external symbols {missing}: refusing to load code that would "
+                           "call NULL")
         self._ee.add_object_file(llvm.ObjectFileRef.from_data(code.object))
         self._ee.finalize_object()
 

@@ -212,8 +212,32 @@ def _warm_lookup(store: "jit.ObjectCache", schedule, opt_level: int) -> dict | N
     code = store.load(meta["object_key"]) if meta["object_key"] else None
     if meta["object_key"] and code is None:
         return None
+    if code is not None and _unresolved(code.externals):
+        return None  # cannot resolve what the object calls: compile cold (which will explain)
     meta["code"], meta["key"] = code, key
     return meta
+
+
+def _unresolved(externals: list[str]) -> list[str]:
+    """External symbols of a cached object that the process cannot provide.
+
+    A warm start imports no emitter, so the runtime symbols emitters register at import or emit
+    time (BLAS/LAPACK capsules, libgomp, `rlx_num_threads`) may not be registered yet: register
+    them all, then check.  An unresolved external would be linked to NULL by MCJIT and crash.
+    """
+    import llvmlite.binding as llvm
+    def missing() -> list[str]:
+        return [name for name in externals if not llvm.address_of_symbol(name)]
+
+    if missing():  # cheapest first: libgomp and the thread count (µs), then BLAS (imports scipy.linalg)
+        from .ir_emit import parallel
+        parallel.register_runtime()
+    if missing():
+        from .kernels import blas  # noqa: F401  (registers every rlx_<routine> it resolves)
+    if missing():
+        from .ir_emit import load_all
+        load_all()
+    return missing()
 
 
 class Program:

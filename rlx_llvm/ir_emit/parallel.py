@@ -8,7 +8,6 @@ GNU OpenMP is not fork-safe: do not fork after the first parallel run (docs/arch
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 import llvmlite.binding as llvm
@@ -26,7 +25,11 @@ def register_runtime() -> None:
     global _registered
     if _registered:
         return
-    llvm.load_library_permanently(ctypes.util.find_library("gomp") or "libgomp.so.1")
+    try:  # the soname first: find_library forks ldconfig (~10 ms)
+        llvm.load_library_permanently("libgomp.so.1")
+    except RuntimeError:
+        import ctypes.util  # imports subprocess: only on this fallback
+        llvm.load_library_permanently(ctypes.util.find_library("gomp") or "libgomp.so.1")
     llvm.add_symbol("rlx_num_threads", ctypes.addressof(NUM_THREADS))
     _registered = True
 
