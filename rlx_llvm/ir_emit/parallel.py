@@ -28,8 +28,8 @@ def register_runtime() -> None:
     try:  # the soname first: find_library forks ldconfig (~10 ms)
         llvm.load_library_permanently("libgomp.so.1")
     except RuntimeError:
-        import ctypes.util  # imports subprocess: only on this fallback
-        llvm.load_library_permanently(ctypes.util.find_library("gomp") or "libgomp.so.1")
+        from ctypes.util import find_library  # imports subprocess: only on this fallback
+        llvm.load_library_permanently(find_library("gomp") or "libgomp.so.1")
     llvm.add_symbol("rlx_num_threads", ctypes.addressof(NUM_THREADS))
     _registered = True
 
