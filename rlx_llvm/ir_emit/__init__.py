@@ -5,7 +5,7 @@ Importing this package imports every family module, which fills `registry.LOWERI
 
 import importlib
 
-FAMILIES = ("nop", "region", "elementwise", "casts", "movement", "indexing", "norms", "reductions", "losses", "gemm", "linalg")
+FAMILIES = ("nop", "region", "elementwise", "casts", "movement", "indexing", "norms", "reductions", "losses", "gemm", "linalg", "attention")
 
 
 def load_all() -> None:

@@ -25,7 +25,7 @@ from ..ops import MaskKind
 from . import vecmath as vm
 from .core import F32, FASTMATH, I1, I32, I64, EmitContext, const
 from .registry import lowering
-from .rows import (SUM, Index, carried_loop, exp_sum, iadd, imul, lane_ids, load_lanes, parallel_rows,
+from .rows import (SUM, as_value, carried_loop, exp_sum, iadd, imul, lane_ids, load_lanes, parallel_rows,
                    reduce_row, row_max, splat, store_lanes)
 
 PARALLEL_MIN_FLOPS = 1 << 18   # ≈ 20-40 µs of attention work per thread before a fork pays off
@@ -72,7 +72,12 @@ def attention(ctx: EmitContext, t) -> None:
     if not (units and t.seq and t.v_head_dim):
         return
     per_unit = 2 * t.seq * max(1, t.kv_seq) * (t.head_dim + t.v_head_dim) + 8 * t.seq * t.kv_seq
-    body = lambda sub, s, e: _attention_units(sub, t, s, e)
+    group = t.heads // t.kv_heads
+    if t.seq < TILE_MIN_SEQ and t.kv_seq and t.head_dim and 2 <= group <= MAX_GROUP:
+        units, per_unit = t.batch * t.kv_heads, per_unit * group  # GQA decode: a unit is a KV head
+        body = lambda sub, s, e: _attention_groups(sub, t, s, e)
+    else:
+        body = lambda sub, s, e: _attention_units(sub, t, s, e)
     if units >= 2 and units * per_unit >= 2 * PARALLEL_MIN_FLOPS:
         ctx.parallel_for(units, body, grain=1, min_work=max(1, -(-PARALLEL_MIN_FLOPS // per_unit)))
     else:
@@ -81,6 +86,8 @@ def attention(ctx: EmitContext, t) -> None:
 
 TILE_MIN_SEQ = 8          # query rows from which Q·Kᵀ and P·V run as register-tile GEMMs
 BLOCK_BYTES = 256 << 10   # score block (query rows × kv_seq) of the tiled path, per thread
+MAX_GROUP = 8             # GQA decode: query heads sharing one pass over their KV head's K and V
+CAUSAL_BLOCK = 48         # query rows per block under Causal/Sliding masks
 
 
 def _attention_units(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> None:
@@ -90,8 +97,11 @@ def _attention_units(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> No
     tiled = kv > 0 and hd > 0 and t.seq >= TILE_MIN_SEQ
     if tiled:
         qb = max(1, min(t.seq, BLOCK_BYTES // (4 * kv)))
+        if t.mask_kind == MaskKind.Causal or isinstance(t.mask_kind, MaskKind.SlidingWindow):
+            qb = min(qb, CAUSAL_BLOCK)  # finer blocks skip more of the invisible keys
         kt = ctx.scratch_alloc(4 * hd * kv)
         scores = ctx.scratch_alloc(4 * qb * kv)
+        rinvs = ctx.scratch_alloc(4 * qb)
     else:
         scores = ctx.scratch_alloc(4 * max(1, kv))
     with ctx.for_range(start, stop, name="unit") as u:
@@ -116,10 +126,10 @@ def _attention_units(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> No
             full, rest = t.seq // qb, t.seq % qb
             if full:
                 with ctx.for_range(0, full, name="qblock") as blk:
-                    _query_block(ctx, t, imul(b, blk, qb), qb, kt, scores, bi, u, q0, q_step, v_row0, v_step,
+                    _query_block(ctx, t, imul(b, blk, qb), qb, kt, scores, rinvs, bi, u, q0, q_step, v_row0, v_step,
                                  out0, out_step)
             if rest:
-                _query_block(ctx, t, full * qb, rest, kt, scores, bi, u, q0, q_step, v_row0, v_step,
+                _query_block(ctx, t, full * qb, rest, kt, scores, rinvs, bi, u, q0, q_step, v_row0, v_step,
                              out0, out_step)
         else:
             with ctx.for_range(0, t.seq, name="qrow") as i:
@@ -136,43 +146,71 @@ def _attention_units(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> No
 
 
 def _transpose_keys(ctx: EmitContext, t, kt: int, k_row0, k_step: int) -> None:
-    """`Kt[d, j] = K[j, d]` of this unit's KV head, into scratch (`[head_dim, kv_seq]`)."""
+    """`Kt[d, j] = K[j, d]` of this unit's KV head, into scratch (`[head_dim, kv_seq]`): blocks of W
+    keys, each `Kt` row segment gathered from W scalar loads (rows that stay in L1) and stored as
+    one vector — strided scalar stores would hit the same L1 sets over and over."""
     b = ctx.b
     base = _scratch_at(ctx, kt)
-    with ctx.for_range(0, t.kv_seq, name="kt") as j:
-        row = iadd(b, k_row0, imul(b, j, k_step))
+    w, kv = ctx.lanes, t.kv_seq
+    main = kv - kv % w
+    vty = ir.VectorType(F32, w)
+    if main:
+        with ctx.for_range(0, main, w, name="ktj") as j0:
+            with ctx.for_range(0, t.head_dim, name="ktd") as d:
+                x = ir.Constant(vty, None)
+                for lane in range(w):
+                    at = iadd(b, iadd(b, k_row0, imul(b, iadd(b, j0, lane), k_step)), d)
+                    x = b.insert_element(x, ctx.load(t.k, F32, at), I32(lane))
+                ctx.store(0, x, iadd(b, imul(b, d, kv), j0), base=base)
+    if kv > main:
+        with ctx.for_range(main, kv, name="ktt") as j:
+            row = iadd(b, k_row0, imul(b, j, k_step))
+            with ctx.for_range(0, t.head_dim, name="ktdt") as d:
+                ctx.store(0, ctx.load(t.k, F32, iadd(b, row, d)), iadd(b, imul(b, d, kv), j), base=base)
 
-        def body(d, w: int) -> None:
-            x = ctx.load(t.k, F32, iadd(b, row, d), w)
-            if w == 1:
-                ctx.store(0, x, iadd(b, imul(b, d, t.kv_seq), j), base=base)
-                return
-            for lane in range(w):  # a strided scatter, lane by lane
-                at = iadd(b, imul(b, iadd(b, d, lane), t.kv_seq), j)
-                ctx.store(0, b.extract_element(x, I32(lane)), at, base=base)
-        ctx.vector_loop(t.head_dim, body, name="ktd")
 
-
-def _query_block(ctx: EmitContext, t, i0, rows: int, kt: int, scores: int, bi, u, q0, q_step: int,
+def _query_block(ctx: EmitContext, t, i0, rows: int, kt: int, scores: int, rinvs: int, bi, u, q0, q_step: int,
                  v_row0, v_step: int, out0, out_step: int) -> None:
     """Query rows `[i0, i0 + rows)`: `S = scale·Q·Kᵀ` (tiles), masks + softmax per row, `out = P·V` (tiles)."""
     b = ctx.b
     kv = t.kv_seq
     sbase = _scratch_at(ctx, scores)
+    rbase = _scratch_at(ctx, rinvs)
+    keys = _visible_keys(ctx, t, i0, rows)
     a = ctx.addr(t.q, iadd(b, q0, imul(b, i0, q_step)), 4)
-    _tiles(ctx, rows, kv, t.head_dim, a, q_step, 1, _scratch_at(ctx, kt), kv, sbase, kv, t.scale)
+    _tiles(ctx, rows, kv, t.head_dim, a, q_step, 1, _scratch_at(ctx, kt), kv, sbase, kv, t.scale, n_limit=keys)
     with ctx.for_range(0, rows, name="srow") as r:
         row = ctx.addr(0, imul(b, r, kv), 4, base=sbase)
         _masks(ctx, t, row, bi, u, iadd(b, i0, r))
-        rinv = _softmax_row(ctx, kv, row)
-        ctx.vector_loop(kv, lambda j, w: ctx.store(0, b.fmul(ctx.load(0, F32, j, w, base=row), splat(b, rinv, w),
-                                                              flags=FASTMATH), j, base=row), name="norm")
-    c = ctx.addr(t.out, iadd(b, out0, imul(b, i0, out_step)), 4)
-    _tiles(ctx, rows, t.v_head_dim, kv, sbase, kv, 1, ctx.addr(t.v, v_row0, 4), v_step, c, out_step, 1.0)
+        ctx.store(0, _softmax_row(ctx, kv, row), r, base=rbase)
+    c = iadd(b, out0, imul(b, i0, out_step))
+    _tiles(ctx, rows, t.v_head_dim, keys if keys is not None else kv, sbase, kv, 1, ctx.addr(t.v, v_row0, 4),
+           v_step, ctx.addr(t.out, c, 4), out_step, 1.0)
+    with ctx.for_range(0, rows, name="orow") as r:  # out = (Σ e·v)/Σe: scale dv outputs, not kv weights
+        o = iadd(b, c, imul(b, r, out_step))
+        rinv = ctx.load(0, F32, r, base=rbase)
+        ctx.vector_loop(t.v_head_dim, lambda d, w: ctx.store(
+            t.out, b.fmul(ctx.load(t.out, F32, iadd(b, o, d), w), splat(b, rinv, w), flags=FASTMATH),
+            iadd(b, o, d)), name="norm")
+
+
+def _visible_keys(ctx: EmitContext, t, i0, rows: int) -> "ir.Value | None":
+    """For Causal/Sliding: how many leading keys any row of the block `[i0, i0 + rows)` can see
+    (the rest have weight exactly 0, so their scores and products are skipped); all `kv_seq` when
+    the block's first row is fully masked (it is uniform over every key).  None for other masks."""
+    kind = t.mask_kind
+    if not (kind == MaskKind.Causal or isinstance(kind, MaskKind.SlidingWindow)):
+        return None
+    b = ctx.b
+    kv = I64(t.kv_seq)
+    first = as_value(iadd(b, i0, t.kv_seq - t.seq))
+    last1 = b.add(first, I64(rows))  # (absolute position of the last row) + 1
+    lim = b.select(b.icmp_signed("<", last1, kv), last1, kv)
+    return b.select(b.icmp_signed("<", first, I64(0)), kv, lim)
 
 
 def _tiles(ctx: EmitContext, m: int, n: int, k: int, a: ir.Value, a_row: int, a_col: int, bm: ir.Value, ldb: int,
-           c: ir.Value, ldc: int, alpha: float) -> None:
+           c: ir.Value, ldc: int, alpha: float, n_limit: "ir.Value | None" = None) -> None:
     """`C[m, n] = α·A·B` by gemm.py's register tiles: A strided (`a_row`, `a_col`), B and C row-major
     with leading dims `ldb`, `ldc` (pointers at element 0)."""
     from .gemm import ACCUMULATORS, PANEL_VECTORS, TileShape, _maybe_loop, _runs
@@ -190,15 +228,26 @@ def _tiles(ctx: EmitContext, m: int, n: int, k: int, a: ir.Value, a_row: int, a_
                 row0 = iadd(bld, r0, imul(bld, tr, rows))
                 bld.call(fn, [ctx.addr(0, imul(bld, row0, a_row), 4, base=a), ctx.addr(0, col, 4, base=bm),
                               ctx.addr(0, iadd(bld, imul(bld, row0, ldc), col), 4, base=c),
-                              I64(a_row), I64(a_col), I64(ldb), I64(ldc), I64(k), I64(width - (nv - 1) * w),
+                              I64(a_row), I64(a_col), I64(ldb), I64(ldc), as_value(k), I64(width - (nv - 1) * w),
                               ir.Constant(F32, alpha), ir.Constant(F32, 0.0)])
-    if full == 1:
-        panel(0, pw)
-    elif full:
-        with ctx.for_range(0, full, name="apanel") as j:
+    if n_limit is None:
+        if full == 1:
+            panel(0, pw)
+        elif full:
+            with ctx.for_range(0, full, name="apanel") as j:
+                panel(imul(bld, j, pw), pw)
+        if rest:
+            panel(full * pw, rest)
+        return
+    # only the panels holding one of the first `n_limit` columns
+    if full:
+        need = bld.udiv(bld.add(n_limit, I64(pw - 1)), I64(pw))
+        stop = bld.select(bld.icmp_signed("<", need, I64(full)), need, I64(full))
+        with ctx.for_range(0, stop, name="apanel") as j:
             panel(imul(bld, j, pw), pw)
     if rest:
-        panel(full * pw, rest)
+        with bld.if_then(bld.icmp_signed(">", n_limit, I64(full * pw))):
+            panel(full * pw, rest)
 
 
 def _scores(ctx: EmitContext, t, scores: int, q_base, k_row0, k_step: int) -> None:
@@ -297,7 +346,88 @@ def _weighted_sum(ctx: EmitContext, t, scores: int, rinv, v_row0, v_step: int, o
             store_lanes(ctx, t.out, b.fmul(accs[k], r, flags=FASTMATH), iadd(b, out_base, c0 + k * vw), masks[k])
 
 
+def _attention_groups(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> None:
+    """GQA with few query rows: a unit is one (batch, KV head); each key and value row is loaded once
+    for the `group` query heads that share it (scores and output accumulators for all of them)."""
+    b = ctx.b
+    g = t.heads // t.kv_heads
+    hd, dv, kv = t.head_dim, t.v_head_dim, t.kv_seq
+    scores = ctx.scratch_alloc(4 * g * kv)
+    with ctx.for_range(start, stop, name="gunit") as gu:
+        bi = b.udiv(gu, I64(t.kv_heads))
+        kvh = b.urem(gu, I64(t.kv_heads))
+        heads = [iadd(b, imul(b, kvh, g), r) for r in range(g)]
+        units = [iadd(b, imul(b, bi, t.heads), h) for h in heads]
+        if t.bhsd:
+            k_row0, v_row0, k_step, v_step = imul(b, imul(b, gu, kv), hd), imul(b, imul(b, gu, kv), dv), hd, dv
+        else:
+            k_row0 = iadd(b, imul(b, imul(b, bi, kv), t.k_row_stride), imul(b, kvh, hd))
+            v_row0 = iadd(b, imul(b, imul(b, bi, kv), t.v_row_stride), imul(b, kvh, dv))
+            k_step, v_step = t.k_row_stride, t.v_row_stride
+        with ctx.for_range(0, t.seq, name="qrow") as i:
+            if t.bhsd:
+                q_bases = [imul(b, iadd(b, imul(b, u, t.seq), i), hd) for u in units]
+            else:
+                row = imul(b, iadd(b, imul(b, bi, t.seq), i), t.q_row_stride)
+                q_bases = [iadd(b, row, imul(b, h, hd)) for h in heads]
+            orow = imul(b, iadd(b, imul(b, bi, t.seq), i), t.heads * dv)
+            out_bases = [iadd(b, orow, imul(b, h, dv)) for h in heads]
+            rows = [ctx.addr(scores, r * kv * 4, 1, base=ctx.scratch) for r in range(g)]
+            _scores_group(ctx, t, rows, q_bases, k_row0, k_step)
+            rinvs = []
+            for r in range(g):
+                _masks(ctx, t, rows[r], bi, units[r], i)
+                rinvs.append(_softmax_row(ctx, kv, rows[r]))
+            _weighted_sum_group(ctx, t, rows, rinvs, v_row0, v_step, out_bases)
+
+
+def _scores_group(ctx: EmitContext, t, rows: list, q_bases: list, k_row0, k_step: int) -> None:
+    """`rows[r][j] = (q_r·k_j)·scale`, each k_j loaded once for every query row r."""
+    b = ctx.b
+    hd, g = t.head_dim, len(rows)
+    w, accs = _dot_width(ctx, hd)
+    accs = max(1, min(accs, 16 // g))
+    scale = ir.Constant(F32, t.scale)
+    with ctx.for_range(0, t.kv_seq, name="key") as j:
+        k_base = iadd(b, k_row0, imul(b, j, k_step))
+
+        def terms(d, lw):
+            kx = ctx.load(t.k, F32, iadd(b, k_base, d), lw)
+            return tuple(b.fmul(ctx.load(t.q, F32, iadd(b, qb, d), lw), kx, flags=FASTMATH) for qb in q_bases)
+        dots = reduce_row(ctx, hd, terms, [SUM] * g, accs=accs, width=w)
+        for r in range(g):
+            ctx.store(0, b.fmul(dots[r], scale, flags=FASTMATH), j, base=rows[r])
+
+
+def _weighted_sum_group(ctx: EmitContext, t, rows: list, rinvs: list, v_row0, v_step: int, out_bases: list) -> None:
+    """`out_r[d] = rinv_r·Σ_j e_rj·v_j[d]`, each v_j chunk loaded once for every row r."""
+    b = ctx.b
+    w, g, dv = ctx.lanes, len(rows), t.v_head_dim
+    chunk = max(1, 24 // g) * w
+    for c0 in range(0, dv, chunk):
+        width = min(chunk, dv - c0)
+        vw = w if width >= w else _pow2_at_least(width)
+        nvec = -(-width // vw)
+        masks = [None if (k + 1) * vw <= width else _mask_const(vw, width - k * vw) for k in range(nvec)]
+
+        def step(j: ir.Value, accs: list) -> list:
+            v_at = iadd(b, iadd(b, v_row0, imul(b, j, v_step)), c0)
+            vs = [load_lanes(ctx, t.v, F32, iadd(b, v_at, k * vw), vw, masks[k]) for k in range(nvec)]
+            new = []
+            for r in range(g):
+                p = splat(b, ctx.load(0, F32, j, 1, base=rows[r]), vw)
+                new += [vm.fma(b, p, vs[k], accs[r * nvec + k]) for k in range(nvec)]
+            return new
+        accs = carried_loop(ctx, 0, t.kv_seq, 1, [const(F32, 0.0, vw) for _ in range(g * nvec)], step, name="pvg")
+        for r in range(g):
+            rv = splat(b, rinvs[r], vw)
+            for k in range(nvec):
+                store_lanes(ctx, t.out, b.fmul(accs[r * nvec + k], rv, flags=FASTMATH),
+                            iadd(b, out_bases[r], c0 + k * vw), masks[k])
+
+
 def _pow2_at_least(n: int) -> int:
+    """The least power of two ≥ n."""
     w = 1
     while w < n:
         w *= 2

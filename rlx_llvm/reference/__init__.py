@@ -16,7 +16,7 @@ import numpy as np
 
 REFERENCES: dict[str, Callable] = {}
 
-FAMILIES = ("region", "casts", "elementwise", "movement", "indexing", "norms", "reductions", "losses", "gemm", "linalg")
+FAMILIES = ("region", "casts", "elementwise", "movement", "indexing", "norms", "reductions", "losses", "gemm", "linalg", "attention")
 
 
 def reference(*kinds: str) -> Callable:

@@ -103,6 +103,9 @@ def build() -> Suite:
                       head_dim=32, mask=kind)
         add_attention(s, f"attn-decode4-{mask_name(kind)}", batch=1, seq=4, kv_seq=19, heads=2, head_dim=32,
                       mask=kind)
+    for heads, kvh, seq in ((12, 1, 2), (16, 2, 1)):  # a group wider than MAX_GROUP: one unit per query head
+        add_attention(s, f"attn-wide-group{heads}x{kvh}-s{seq}", batch=2, seq=seq, kv_seq=9, heads=heads,
+                      kv_heads=kvh, head_dim=8, mask=MaskKind.Bias)
     add_attention(s, "attn-padded-rows", batch=2, seq=6, heads=2, kv_heads=1, head_dim=8, pad=5,
                   mask=MaskKind.Custom)
     add_attention(s, "attn-fused-qkv", batch=2, seq=7, heads=3, head_dim=16, fused=True, mask=MaskKind.Causal)
@@ -125,6 +128,12 @@ def build() -> Suite:
                   mask=MaskKind.Custom, masked_rows=True)
     add_attention(s, "attn-tiled-softcap-bias", batch=1, seq=16, heads=2, head_dim=W, mask=MaskKind.Bias,
                   softcap=2.0, bhsd=True)
+    for seq, kv in ((9, 2), (3, 2), (20, 7)):  # fewer keys than queries: the first rows see nothing
+        for kind in (MaskKind.Causal, MaskKind.SlidingWindow(1)):
+            add_attention(s, f"attn-short-kv-s{seq}-kv{kv}-{mask_name(kind)}", batch=2, seq=seq, kv_seq=kv,
+                          heads=2, head_dim=8, mask=kind)
+    add_attention(s, "attn-tiled-causal-panels", batch=1, seq=200, kv_seq=260, heads=2, head_dim=8,
+                  mask=MaskKind.Causal)
     add_attention(s, "attn-kv0", batch=1, seq=2, kv_seq=0, heads=1, head_dim=4)
     add_attention(s, "attn-scale", batch=1, seq=5, heads=2, head_dim=8, scale=0.05, mask=MaskKind.Bias)
     # large enough to split across threads
@@ -275,3 +284,35 @@ def test_axial_checks(kw, field) -> None:
 
 def test_swiglu_total_must_be_whole_rows() -> None:
     expect_invalid(T.FusedSwiGLU(src=0, dst=4096, n_half=3, total=8, gate_first=False), 8192, "total", FAMILIES)
+
+
+def test_custom_mask_uses_the_schedule_threshold() -> None:
+    """`mask < schedule.mask_threshold` masks: with threshold 0.25 a 0.3 entry keeps its key."""
+    import rlx_llvm as rl
+    from rlx_llvm import reference as ref
+    rng = np.random.default_rng(3)
+    bs, seq, heads, hd, kv = 2, 9, 2, 8, 11
+    q, k, v = (rng.standard_normal(n).astype(np.float32) for n in (bs * seq * heads * hd, bs * kv * heads * hd,
+                                                                    bs * kv * heads * hd))
+    mask = rng.choice(np.float32([0.0, 0.3, 1.0]), bs * kv)
+    mask[0] = 1.0
+    offs, top = [], 0
+    for arr in (q, k, v, mask):
+        offs.append(top)
+        top += arr.nbytes
+    out = top
+    top += 4 * bs * seq * heads * hd
+    t = T.Attention(q=offs[0], k=offs[1], v=offs[2], mask=offs[3], out=out, batch=bs, seq=seq, kv_seq=kv,
+                    heads=heads, kv_heads=heads, head_dim=hd, v_head_dim=hd, mask_kind=MaskKind.Custom, scale=0.4,
+                    softcap=0.0, q_row_stride=heads * hd, k_row_stride=heads * hd, v_row_stride=heads * hd,
+                    bhsd=False)
+    prog = rl.compile(rl.ThunkSchedule([t], arena_bytes=top, mask_threshold=0.25, mask_neg_inf=-1e4), cache=False)
+    arena = rl.Arena(top)
+    for off, arr in zip(offs, (q, k, v, mask)):
+        arena.bytes[off:off + arr.nbytes] = arr.view(np.uint8)
+    want = arena.bytes.copy()
+    want[offs[3]:offs[3] + mask.nbytes] = np.where(mask == np.float32(0.3), 1.0, mask).astype(np.float32).view(np.uint8)
+    prog.run(arena)
+    ref.REFERENCES["Attention"](want, t)
+    np.testing.assert_allclose(arena.bytes[out:top].view(np.float32), want[out:top].view(np.float32),
+                               rtol=2e-5, atol=2e-5)

@@ -234,6 +234,9 @@ def random_regions(draw):
     seed = draw(st.integers(0, 2**16))
     lay = Layout()
     data = [values(1 if scalar >> i & 1 else (modulus[i] or n), seed + i, scale=2.0) for i in range(n_in)]
+    if any(isinstance(st_, S.Activation) and st_.act in TRIG for st_ in chain):
+        # our sin/cos/tan are accurate for |x| ≲ 1e13 (docs/transcendentals.md; xfail test records it)
+        data = [np.where(np.abs(d) > 1e6, np.float32(1e6), d).astype(np.float32) for d in data]
     t, inputs = region(lay, n, chain, n_in, seed, lanes=lanes, out_lane=out_lane, scalar_mask=scalar,
                        modulus=modulus, data=data)
     return t, inputs, lay.top
