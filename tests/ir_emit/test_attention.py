@@ -11,7 +11,7 @@ import rlx_llvm.ir_emit.attention  # noqa: F401  (registers the lowerings)
 import rlx_llvm.reference.attention  # noqa: F401  (registers the references)
 from rlx_llvm import thunks as T
 from rlx_llvm.ops import MaskKind
-from tests.ir_emit.test_norms import W, Outcome, Suite, expect_invalid
+from tests.ir_emit.test_norms import suite_tests, W, Outcome, Suite, expect_invalid
 
 FAMILIES = ("attention",)
 MASKS = (MaskKind.None_, MaskKind.Causal, MaskKind.SlidingWindow(2), MaskKind.Custom, MaskKind.Bias)
@@ -176,26 +176,8 @@ def build() -> Suite:
 SUITE = build()
 
 
-@pytest.fixture(scope="module")
-def outcome() -> Outcome:
-    return SUITE.run(FAMILIES)
-
-
-@pytest.mark.parametrize("name", SUITE.names())
-def test_matches_reference(outcome: Outcome, name: str) -> None:
-    outcome.check(name)
-
-
-def test_nothing_outside_the_outputs_changes(outcome: Outcome) -> None:
-    outcome.check_untouched()
-
-
-def test_thread_count_does_not_change_results(outcome: Outcome) -> None:
-    outcome.check_thread_independent()
-
-
-def test_every_kind_is_native(outcome: Outcome) -> None:
-    assert {r.path for r in outcome.prog.report()} == {"llvm"}
+(outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE, FAMILIES)
 
 
 def _out(outcome: Outcome, name: str) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rlx_llvm import thunks as T
-from tests.ir_emit.test_norms import HUGE, W, Outcome, Suite, expect_invalid
+from tests.ir_emit.test_norms import suite_tests, HUGE, W, Outcome, Suite, expect_invalid
 
 FAMILIES = ("losses",)
 
@@ -48,26 +48,8 @@ def build() -> Suite:
 SUITE = build()
 
 
-@pytest.fixture(scope="module")
-def outcome() -> Outcome:
-    return SUITE.run(FAMILIES)
-
-
-@pytest.mark.parametrize("name", SUITE.names())
-def test_matches_reference(outcome: Outcome, name: str) -> None:
-    outcome.check(name)
-
-
-def test_nothing_outside_the_outputs_changes(outcome: Outcome) -> None:
-    outcome.check_untouched()
-
-
-def test_thread_count_does_not_change_results(outcome: Outcome) -> None:
-    outcome.check_thread_independent()
-
-
-def test_every_kind_is_native(outcome: Outcome) -> None:
-    assert {r.path for r in outcome.prog.report()} == {"llvm"}
+(outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE, FAMILIES)
 
 
 def test_out_of_range_labels_are_ignored(outcome: Outcome) -> None:

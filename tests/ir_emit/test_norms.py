@@ -270,30 +270,37 @@ def add_batch_norm(s: Suite) -> None:
                                    var=var, dst=dst, count=count, channels=ch, eps=1e-5), [o], atol=1e-4)
 
 
+
+def suite_tests(suite: "Suite", families: tuple[str, ...]) -> tuple:
+    """The fixture and the four tests every family suite runs (compiled once per module):
+    parity per case, nothing outside the outputs changes, thread count does not change results,
+    every kind lowered natively.  Bind the returned names at module level for pytest to collect."""
+    @pytest.fixture(scope="module")
+    def outcome() -> Outcome:
+        return suite.run(families)
+
+    @pytest.mark.parametrize("name", suite.names())
+    def test_matches_reference(outcome: Outcome, name: str) -> None:
+        outcome.check(name)
+
+    def test_nothing_outside_the_outputs_changes(outcome: Outcome) -> None:
+        outcome.check_untouched()
+
+    def test_thread_count_does_not_change_results(outcome: Outcome) -> None:
+        outcome.check_thread_independent()
+
+    def test_every_kind_is_native(outcome: Outcome) -> None:
+        assert {r.path for r in outcome.prog.report()} == {"llvm"}
+
+    return (outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+            test_thread_count_does_not_change_results, test_every_kind_is_native)
+
 SUITE = build()
 FAMILIES = ("norms",)
 
 
-@pytest.fixture(scope="module")
-def outcome() -> Outcome:
-    return SUITE.run(FAMILIES)
-
-
-@pytest.mark.parametrize("name", SUITE.names())
-def test_matches_reference(outcome: Outcome, name: str) -> None:
-    outcome.check(name)
-
-
-def test_nothing_outside_the_outputs_changes(outcome: Outcome) -> None:
-    outcome.check_untouched()
-
-
-def test_thread_count_does_not_change_results(outcome: Outcome) -> None:
-    outcome.check_thread_independent()
-
-
-def test_every_kind_is_native(outcome: Outcome) -> None:
-    assert {r.path for r in outcome.prog.report()} == {"llvm"}
+(outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE, FAMILIES)
 
 
 def test_special_rows_behave_like_rlx(outcome: Outcome) -> None:

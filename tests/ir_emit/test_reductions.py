@@ -8,7 +8,7 @@ import pytest
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import DType
 from rlx_llvm.ops import ReduceOp
-from tests.ir_emit.test_norms import HUGE, W, Outcome, Suite, expect_invalid
+from tests.ir_emit.test_norms import suite_tests, HUGE, W, Outcome, Suite, expect_invalid
 
 FAMILIES = ("reductions",)
 SHAPES = ((3, 1, 1), (4, W - 1, 1), (2, W, 1), (3, W + 1, 1), (5, 4 * W + 3, 1), (1, HUGE, 1),    # contiguous
@@ -154,26 +154,8 @@ def build() -> Suite:
 SUITE = build()
 
 
-@pytest.fixture(scope="module")
-def outcome() -> Outcome:
-    return SUITE.run(FAMILIES)
-
-
-@pytest.mark.parametrize("name", SUITE.names())
-def test_matches_reference(outcome: Outcome, name: str) -> None:
-    outcome.check(name)
-
-
-def test_nothing_outside_the_outputs_changes(outcome: Outcome) -> None:
-    outcome.check_untouched()
-
-
-def test_thread_count_does_not_change_results(outcome: Outcome) -> None:
-    outcome.check_thread_independent()
-
-
-def test_every_kind_is_native(outcome: Outcome) -> None:
-    assert {r.path for r in outcome.prog.report()} == {"llvm"}
+(outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE, FAMILIES)
 
 
 def test_top_k_edge_rules(outcome: Outcome) -> None:
