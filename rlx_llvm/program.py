@@ -338,8 +338,8 @@ class Program:
                 if status:
                     index, code = (status >> 32) - 1, status & 0xFFFFFFFF
                     kind = type(self.schedule.thunks[index]).__name__
-                    raise ExecutionError(f"native kernel failed with status {code}", index=index, kind=kind,
-                                         status=code)
+                    raise ExecutionError(f"native kernel failed: {_describe(kind, code)} (status {code})",
+                                         index=index, kind=kind, status=code)
             else:
                 try:
                     step.run(buf, step.thunk)
@@ -400,6 +400,15 @@ class Program:
     def __repr__(self) -> str:
         n = sum(len(s.indices) for s in self._steps if isinstance(s, _NativeStep))
         return f"<Program: {len(self.schedule.thunks)} thunks, {n} native, {self.compile_ms:.0f} ms compile>"
+
+
+def _describe(kind: str, status: int) -> str:
+    """What a native status means: BLAS/LAPACK lowerings share one table (kernels.blas.Status)."""
+    low = registry.LOWERINGS.get(kind)
+    if low is not None and low.path == "blas":
+        from .kernels.blas import describe_status
+        return describe_status(status)
+    return "error"
 
 
 def _arena_bytes(arena, needed: int) -> tuple[np.ndarray, int]:
