@@ -176,3 +176,12 @@ def test_second_compile_in_a_fresh_process_hits_the_cache(tmp_path):
     # The speed-up is measured and printed, not asserted (timings are not tested): see docs.
     print(f"cold {runs[0]['compile_ms']:.1f} ms, warm {runs[1]['compile_ms']:.1f} ms, "
           f"{runs[0]['compile_ms'] / runs[1]['compile_ms']:.0f}x")
+
+
+def test_execution_error_names_thunk_and_meaning():
+    """A singular solve fails at run time with the thunk index, kind and what LAPACK said."""
+    sched = rl.ThunkSchedule([T.Copy(src=0, dst=64, len=4), T.DenseSolveF32(a=128, b=256, x=512, n=3, nrhs=1)],
+                             arena_bytes=1024)
+    with pytest.raises(rl.ExecutionError, match=r"thunk 1 DenseSolveF32: .*singular") as e:
+        rl.compile(sched, cache=False).run(rl.Arena(1024))
+    assert e.value.index == 1 and e.value.status == 1
