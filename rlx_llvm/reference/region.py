@@ -43,7 +43,7 @@ def region_cast(dtype: DType, x: np.ndarray) -> np.ndarray:
         return (x != 0).astype(np.float32)
     lo, hi = _INT_RANGE[dtype]
     t = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=hi, neginf=lo))
-    return np.clip(t, lo, hi).astype(np.float32)
+    return (np.clip(t, lo, hi) + 0.0).astype(np.float32)  # + 0.0: an integer has no −0 (−0.5 → +0)
 
 
 @reference("ElementwiseRegion")

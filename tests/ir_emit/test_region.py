@@ -294,3 +294,19 @@ def test_too_many_inputs_rejected():
                             chain=(S.Activation(Activation.Neg, Inp(0)),))
     with pytest.raises(rl.ValidationError, match="input"):
         rl.compile(rl.ThunkSchedule([t], arena_bytes=128), cache=False)
+
+
+def test_int_cast_has_no_negative_zero():
+    """`-0.5 as i8 as f32` is +0 (integers have no −0): 1 / that is +inf, in the IR and the oracle."""
+    arena = rl.Arena(256)
+    arena.write(0, np.float32([-0.5, -0.0, 0.7, -1.5]))
+    arena.write(64, np.float32([1.0]))
+    t = T.ElementwiseRegion(dst=128, len=4, input_offs=(0, 64), scalar_input_mask=0b10,
+                            chain=(S.Cast(DType.I8, Inp(0)), S.Binary(BinaryOp.Div, Inp(1), Stp(0))))
+    sched = rl.ThunkSchedule([t], arena_bytes=256)
+    expected = rl.Arena.from_bytes(arena.bytes)
+    ref.run(sched, expected)
+    rl.compile(sched, cache=False).run(arena)
+    want = np.float32([np.inf, np.inf, np.inf, -1.0])
+    np.testing.assert_array_equal(arena.read(128, "f32", 4), want)
+    np.testing.assert_array_equal(expected.read(128, "f32", 4), want)
