@@ -39,8 +39,10 @@ def validate_thunk(index: int, thunk, arena_bytes: int, lowering) -> None:
                                           field=w.field)
             for r in reads:
                 same = (r.offset, r.nbytes) == (w.offset, w.nbytes)
-                if _overlap(w, r) and not (same and lowering is not None and lowering.inplace) \
-                        and r.field != w.field:
+                # An exact alias is fine for a buffer the thunk updates in place by definition (the
+                # same field read and written, e.g. Softmax.data) or where the lowering allows it.
+                in_place = same and (r.field == w.field or (lowering is not None and lowering.inplace))
+                if _overlap(w, r) and not in_place:
                     raise ValidationError(f"output bytes [{w.offset}, {w.offset + w.nbytes}) overlap input "
                                           f"{r.field!r} [{r.offset}, {r.offset + r.nbytes})"
                                           + ("" if lowering is None or not lowering.inplace else
