@@ -85,12 +85,15 @@ class EmitContext:
     def __init__(self, module: ir.Module, fn: ir.Function, index: int, thunk, schedule, lanes: int,
                  declare: Callable[[str, ir.FunctionType], ir.Function],
                  arena: ir.Value | None = None, scratch: ir.Value | None = None,
-                 builder: ir.IRBuilder | None = None) -> None:
+                 builder: ir.IRBuilder | None = None, shared: ir.Value | None = None) -> None:
         self.module, self.fn, self.index, self.thunk, self.schedule = module, fn, index, thunk, schedule
         self.lanes = lanes  # f32 lanes per vector register (16 on AVX-512)
         self.b = builder or ir.IRBuilder(fn.append_basic_block("entry"))
         self.arena = fn.args[0] if arena is None else arena
         self.scratch = fn.args[1] if scratch is None else scratch
+        # The scratch of the thread that owns this thunk's intermediates: `scratch` itself at top
+        # level, the parent's `shared` inside a parallel body (where `scratch` is per-thread).
+        self.shared = self.scratch if shared is None else shared
         self._declare = declare
         self._outlined = 0
         self.paths: set[str] = set()  # "llvm"/"blas" as the emitted code actually turned out
@@ -218,7 +221,8 @@ class EmitContext:
 
         The body is emitted once into an outlined function `<thunk>.par<K>(ptr data)` that takes
         its share from `omp_get_thread_num()`; `GOMP_parallel` forks and joins (a few µs).  Each
-        thread gets its own scratch (the body's `ctx.scratch_alloc` is per thread).  Chunks are
+        thread gets its own scratch (the body's `ctx.scratch_alloc` is per thread); the caller's
+        intermediates stay reachable through `ctx.shared`.  Chunks are
         multiples of `grain` (e.g. 64 elements, so chunks start on cache lines); fewer than
         `2·min_work` items, or `set_num_threads(1)`, run on the calling thread with no fork.
         """

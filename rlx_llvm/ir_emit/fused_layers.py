@@ -6,10 +6,14 @@ bias(/erf-GELU) epilogue, the attention core is `attention.attention` run on a s
 "arena" is this thread's scratch (Q/K/V are column ranges of the scratch QKV buffer, the Custom
 mask is copied next to them; RoPE is `attention._rope_rows` on the same sub-context, with the
 tables copied into scratch), and the LayerNorms use `norms.row_stats`/`normalized` (RLX's
-one-pass variance) with loaders that read scratch and arena slots.  Intermediates live in
-per-thread scratch; GEMMs with scratch operands run on the calling thread.
+one-pass variance) with loaders that read scratch and arena slots.  Intermediates live in the
+calling thread's scratch; every step splits across rlx_llvm's threads when it is large enough:
+the GEMMs by column panels (scratch operands are `ScratchRef`s, which a parallel body re-derives
+from `ctx.shared`), attention by (batch, head) units, the LayerNorms and SwiGLU by rows.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -21,12 +25,15 @@ from ..thunks.attention import Attention, Rope
 from . import elementmath as em
 from .attention import _rope_rows, attention
 from .core import F32, FASTMATH, I64, EmitContext
-from .gemm import ArenaRef, Epilogue, check_blas_ints, copy_bytes, gemm, scratch_ptr
+from .gemm import ArenaRef, Epilogue, ScratchRef, check_blas_ints, copy_bytes, gemm, scratch_ptr
 from .norms import Stats, normalized, row_stats
 from .registry import lowering
 from .rows import iadd, imul
 
 MASKS = (MaskKind.None_, MaskKind.Causal, MaskKind.Custom)
+# Row loops (LayerNorm, SwiGLU) fork only when every thread gets at least this many elements
+# (≈ 128 KiB of f32, several µs of work against a fork/join of a few µs).
+ROW_PARALLEL_MIN_ELEMENTS = 1 << 15
 
 
 # ── validation ───────────────────────────────────────────────────────────────
@@ -77,7 +84,10 @@ def _scratch_f32(ctx: EmitContext, count: int) -> int:
 
 
 def _bias_act(ctx: EmitContext, c: int, m: int, n: int, bias: int, act) -> Epilogue:
-    """Epilogue `C[r, j] = act(C[r, j] + bias[j])` on a scratch C (the FusedMmBiasAct pass)."""
+    """Epilogue `C[r, j] = act(C[r, j] + bias[j])` on a scratch C (the FusedMmBiasAct pass).
+
+    C is addressed through `sub.shared`: inside a GEMM's parallel body `sub.scratch` is that
+    thread's private buffer, not the thunk's intermediates."""
     def epilogue(sub: EmitContext, col0: ir.Value, width: int) -> None:
         b = sub.b
         with sub.for_range(0, m, name="row") as r:
@@ -85,26 +95,44 @@ def _bias_act(ctx: EmitContext, c: int, m: int, n: int, bias: int, act) -> Epilo
 
             def body(j: ir.Value, w: int) -> None:
                 at = b.add(row, j)
-                x = b.fadd(sub.load(c, F32, at, w, base=sub.scratch), sub.load(bias, F32, b.add(col0, j), w))
+                x = b.fadd(sub.load(c, F32, at, w, base=sub.shared), sub.load(bias, F32, b.add(col0, j), w))
                 if act is not None:
                     x = em.activation(b, act, x, region=False)
-                sub.store(c, x, at, base=sub.scratch)
+                sub.store(c, x, at, base=sub.shared)
             sub.vector_loop(width, body, name="col")
     return epilogue
 
 
-def _project(ctx: EmitContext, m: int, n: int, k: int, a, w: int, c: int, bias: "int | None", act=None) -> None:
-    """Scratch `C[m, n] = act(A·W (+ bias))`; `a` an arena offset (ArenaRef) or a scratch offset (int)."""
-    a_op = a if isinstance(a, ArenaRef) else scratch_ptr(ctx, a)
+def _project(ctx: EmitContext, m: int, n: int, k: int, a: "ArenaRef | int", w: int, c: int, bias: "int | None",
+             act=None) -> None:
+    """Scratch `C[m, n] = act(A·W (+ bias))`; `a` an arena offset (ArenaRef) or a scratch offset (int).
+
+    Scratch operands are `ScratchRef`s, so the IR tiles can split column panels across threads."""
+    a_op = a if isinstance(a, ArenaRef) else ScratchRef(a)
     epi = None if bias is None else _bias_act(ctx, c, m, n, bias, act)
-    gemm(ctx, FortranArgs(ctx), "s", m, n, k, a_op, ArenaRef(w), scratch_ptr(ctx, c), epilogue=epi)
+    gemm(ctx, FortranArgs(ctx), "s", m, n, k, a_op, ArenaRef(w), ScratchRef(c), epilogue=epi)
+
+
+def _split_rows(ctx: EmitContext, rows: int, width: int, row_body: Callable[[EmitContext, ir.Value], None]) -> None:
+    """Run `row_body(sub, r)` for every row in [0, rows), split across threads by rows when each
+    thread gets at least `ROW_PARALLEL_MIN_ELEMENTS` elements (rows of `width` are independent).
+    The body must address the thunk's scratch through `sub.shared`."""
+    def chunk(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="row") as r:
+            row_body(sub, r)
+    min_rows = max(1, -(-ROW_PARALLEL_MIN_ELEMENTS // max(1, width)))
+    if rows >= 2 * min_rows:
+        ctx.parallel_for(rows, chunk, grain=1, min_work=min_rows)
+    else:
+        chunk(ctx, I64(0), I64(rows))
 
 
 def _on_scratch(ctx: EmitContext, emit) -> None:
     """Run `emit(sub)` on a sub-context whose "arena" is this thread's scratch (so thunk-shaped
-    emitters address scratch offsets), sharing the builder, scratch bump and outlined counter."""
+    emitters address scratch offsets), sharing the builder, scratch bump and outlined counter
+    (its parallel bodies get arena = this scratch, and their own per-thread scratch beyond it)."""
     sub = EmitContext(ctx.module, ctx.fn, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx._declare,
-                      arena=ctx.scratch, scratch=ctx.scratch, builder=ctx.b)
+                      arena=ctx.scratch, scratch=ctx.scratch, builder=ctx.b, shared=ctx.shared)
     sub.scratch_bytes, sub._outlined = ctx.scratch_bytes, ctx._outlined
     emit(sub)
     ctx.scratch_bytes, ctx._outlined = sub.scratch_bytes, sub._outlined
@@ -148,27 +176,29 @@ def _attend(ctx: EmitContext, qkv: int, mask: int, kind, batch: int, seq: int, n
 def _residual_ln(ctx: EmitContext, rows: int, h: int, x: int, res: int, res_in_scratch: bool, bias: "int | None",
                  g: int, beta: int, eps: float, dst: int, dst_in_scratch: bool) -> None:
     """`dst = LN(x + res + bias)·g + beta` per row (the FusedResidualLN math, one-pass variance);
-    `x` is a scratch offset, `res`/`dst` scratch or arena offsets."""
+    `x` is a scratch offset, `res`/`dst` scratch or arena offsets.  Rows split across threads."""
     if not (rows and h):
         return
-    sc = ctx.scratch
-    rbase = sc if res_in_scratch else None
-    dbase = sc if dst_in_scratch else None
-    with ctx.for_range(0, rows, name="ln_row") as r:
-        b = ctx.b
+
+    def ln_row(sub: EmitContext, r: ir.Value) -> None:
+        b, sc = sub.b, sub.shared
+        rbase = sc if res_in_scratch else None
+        dbase = sc if dst_in_scratch else None
         row = imul(b, r, h)
 
         def load(j, w):
             idx = iadd(b, row, j)
-            v = b.fadd(ctx.load(x, F32, idx, w, base=sc), ctx.load(res, F32, idx, w, base=rbase), flags=FASTMATH)
-            return v if bias is None else b.fadd(v, ctx.load(bias, F32, j, w), flags=FASTMATH)
-        mean, inv = row_stats(ctx, h, load, Stats(True, False, eps))
+            v = b.fadd(sub.load(x, F32, idx, w, base=sc), sub.load(res, F32, idx, w, base=rbase), flags=FASTMATH)
+            return v if bias is None else b.fadd(v, sub.load(bias, F32, j, w), flags=FASTMATH)
+        mean, inv = row_stats(sub, h, load, Stats(True, False, eps))
 
         def out(j, w):
-            y = normalized(ctx, load(j, w), mean, inv)
-            y = b.fadd(b.fmul(y, ctx.load(g, F32, j, w), flags=FASTMATH), ctx.load(beta, F32, j, w), flags=FASTMATH)
-            ctx.store(dst, y, iadd(b, row, j), base=dbase)
-        ctx.vector_loop(h, out, name="ln_norm")
+            y = normalized(sub, load(j, w), mean, inv)
+            y = b.fadd(b.fmul(y, sub.load(g, F32, j, w), flags=FASTMATH), sub.load(beta, F32, j, w), flags=FASTMATH)
+            sub.store(dst, y, iadd(b, row, j), base=dbase)
+        sub.vector_loop(h, out, name="ln_norm")
+
+    _split_rows(ctx, rows, h, ln_row)
 
 
 # ── the thunks ───────────────────────────────────────────────────────────────
@@ -186,7 +216,7 @@ def fused_attn_block(ctx: EmitContext, t) -> None:
         _attend(ctx, qkv, t.mask, t.mask_kind, t.batch, t.seq, t.nh, t.dh, attn,
                 rope=(t.cos, t.sin, t.interleaved) if t.has_rope else None)
     # the output projection writes the arena directly, with the FusedMmBiasAct bias pass
-    a_op = scratch_ptr(ctx, attn)
+    a_op = ScratchRef(attn)
     if t.out_b != 0:
         def epi(sub: EmitContext, col0: ir.Value, width: int) -> None:
             b = sub.b
@@ -248,16 +278,18 @@ def fused_nomic_layer(ctx: EmitContext, t) -> None:
 
 
 def _swiglu_rows(ctx: EmitContext, m: int, inter: int, u: int, g: int) -> None:
-    """Scratch `g[r, j] = up · silu(gate)` from `[up | gate]` rows of `2·int` in scratch `u`."""
-    sc = ctx.scratch
-    with ctx.for_range(0, m, name="glu_row") as r:
-        b = ctx.b
+    """Scratch `g[r, j] = up · silu(gate)` from `[up | gate]` rows of `2·int` in scratch `u`;
+    rows split across threads."""
+    def glu_row(sub: EmitContext, r: ir.Value) -> None:
+        b, sc = sub.b, sub.shared
         row = imul(b, r, 2 * inter)
 
         def body(j, w):
             at = iadd(b, row, j)
-            up = ctx.load(u, F32, at, w, base=sc)
-            gate = ctx.load(u, F32, iadd(b, at, inter), w, base=sc)
-            ctx.store(g, b.fmul(up, em.activation(b, Activation.Silu, gate, region=False), flags=FASTMATH),
+            up = sub.load(u, F32, at, w, base=sc)
+            gate = sub.load(u, F32, iadd(b, at, inter), w, base=sc)
+            sub.store(g, b.fmul(up, em.activation(b, Activation.Silu, gate, region=False), flags=FASTMATH),
                       iadd(b, imul(b, r, inter), j), base=sc)
-        ctx.vector_loop(inter, body, name="glu")
+        sub.vector_loop(inter, body, name="glu")
+
+    _split_rows(ctx, m, inter, glu_row)

@@ -3,8 +3,9 @@ JIT code (semantics.md §3.2, §3.7, §3.8; docs/lowering-blas.md).
 
 `gemm()` is the one entry point; every dim is a compile-time constant:
 
-* **IR tiles** (`tile_gemm`) for real GEMMs up to 1024³ multiply-adds: on this Zen 5 they run at
-  ~2× SciPy's OpenBLAS (SkylakeX kernel) and split column panels across rlx_llvm's threads.
+* **IR tiles** (`tile_gemm`) for real GEMMs up to 2048³ multiply-adds: on this Zen 5 they run at
+  up to ~2× SciPy's OpenBLAS (SkylakeX kernel), tie it at 2048³, and split column panels across
+  rlx_llvm's threads.
   `RLX_LLVM_GEMM=blas` sends every GEMM to BLAS instead.
 * **BLAS** (`blas_gemm`) for complex GEMMs, run-time row counts and larger sizes.  Row-major via
   the operand swap: a row-major `X[r, c]` read as column-major is `Xᵀ`, so `C = op(A)·op(B)` is
@@ -115,12 +116,27 @@ class ArenaRef:
     offset: int
 
 
-Operand = "ArenaRef | ir.Value"
+@dataclass(frozen=True)
+class ScratchRef:
+    """An operand at a constant offset of the *shared* scratch (`EmitContext.shared`, where a thunk
+    keeps its intermediates): like `ArenaRef`, it can be re-addressed inside a parallel body.
+    The offset must come from `scratch_alloc` on a context whose `scratch` is its `shared`
+    (the thunk's own context, not a parallel body's per-thread one)."""
+
+    offset: int
+
+
+Operand = "ArenaRef | ScratchRef | ir.Value"
+MovableRef = (ArenaRef, ScratchRef)  # operands a parallel body can re-derive
 
 
 def pointer(ctx: EmitContext, operand: Operand) -> ir.Value:
-    """The operand's address in `ctx` (arena refs are re-derived from `ctx.arena`)."""
-    return ctx.addr(operand.offset) if isinstance(operand, ArenaRef) else operand
+    """The operand's address in `ctx` (refs are re-derived from `ctx.arena` / `ctx.shared`)."""
+    if isinstance(operand, ArenaRef):
+        return ctx.addr(operand.offset)
+    if isinstance(operand, ScratchRef):
+        return ctx.addr(operand.offset, base=ctx.shared)
+    return operand
 
 
 # ── the GEMM: inline IR tiles or a BLAS call ─────────────────────────────────
@@ -129,7 +145,9 @@ def pointer(ctx: EmitContext, operand: Operand) -> ir.Value:
 Epilogue = Callable[[EmitContext, ir.Value, int], None]
 
 GEMM_MODE_ENV = "RLX_LLVM_GEMM"  # "blas": every GEMM calls ?gemm (for comparisons); default "auto"
-IR_GEMM_MAX_MNK = 1 << 30        # 1024³; beyond, cache blocking matters and OpenBLAS catches up
+# 2048³: the tiles win clearly below (BERT-base FFN 1024×3072×768: 33 vs 42 ms), tie at 2048³
+# (147 vs 149 ms) and 4096³; beyond, cache blocking matters (docs/lowering-blas.md).
+IR_GEMM_MAX_MNK = 1 << 33
 
 
 def ir_tiles_win(m: "int | ir.Value", prec: str, n: int, k: int) -> bool:
@@ -215,7 +233,8 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
     Column panels of `NV·W` columns (the last one narrower, its last vector masked) are the unit
     of work: each sweeps the rows in tiles of MR (plus one shorter tile), then runs the epilogue
     on its columns while they are in cache.  Panels are split across rlx_llvm's threads
-    (`ctx.parallel_for`) when each thread gets enough work and every operand is an arena slot.
+    (`ctx.parallel_for`) when each thread gets enough work and every operand is an `ArenaRef` or
+    `ScratchRef` (a raw pointer cannot be re-derived inside the outlined body).
     """
     ty = TILE_TYPES[prec]
     w = ctx.lanes * 4 // ITEMSIZE[prec]
@@ -236,7 +255,7 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
             else:
                 _panel(sub, ty, w, m, n, k, panel, panel if full else rest, ops, j, ta, alpha, beta, epilogue)
 
-    if panels >= 2 * min_panels and all(isinstance(x, ArenaRef) for x in (a, b, c)):
+    if panels >= 2 * min_panels and all(isinstance(x, MovableRef) for x in (a, b, c)):
         ctx.parallel_for(panels, run_panels, grain=1, min_work=min_panels)
     else:
         run_panels(ctx, I64(0), I64(panels))

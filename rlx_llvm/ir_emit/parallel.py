@@ -44,10 +44,16 @@ def get_threads() -> int:
     return int(NUM_THREADS.value)
 
 
-# The outlined body gets `[3 x ptr]`: arena, scratch base, and a pointer to the i64 per-thread
-# scratch stride (known only after the body is emitted).  Array GEPs keep llvmlite's pointer
-# types consistent where struct GEPs do not.
-_ARGS = ir.ArrayType(PTR, 3)
+# The outlined body gets `[4 x ptr]`: arena, per-thread scratch base, a pointer to the i64
+# per-thread scratch stride (known only after the body is emitted), and the caller's shared
+# scratch (where the thunk keeps its intermediates, `EmitContext.shared`).  Array GEPs keep
+# llvmlite's pointer types consistent where struct GEPs do not.
+#
+# No overlap: a thunk's scratch offsets only ever grow (a bump allocator, never reused), and the
+# per-thread regions are reserved in the caller *after* the body is emitted, so they lie beyond
+# every intermediate allocated so far and before any allocated later.  A nested parallel_for
+# reserves its regions inside its own thread's region, and passes the same shared pointer on.
+_ARGS = ir.ArrayType(PTR, 4)
 
 
 def _num_threads_global(module: ir.Module) -> ir.GlobalVariable:
@@ -70,8 +76,8 @@ def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int)
     outlined.attributes.add("nounwind")
     data = outlined.args[0]
     ob = ir.IRBuilder(outlined.append_basic_block("entry"))
-    field = [ob.gep(data, [I64(8 * k)], source_etype=ir.IntType(8)) for k in range(3)]
-    arena, scratch0, stride_at = (ob.load(f, typ=PTR) for f in field)
+    field = [ob.gep(data, [I64(8 * k)], source_etype=ir.IntType(8)) for k in range(4)]
+    arena, scratch0, stride_at, shared = (ob.load(f, typ=PTR) for f in field)
     stride = ob.load(stride_at, typ=I64)
     tid = ob.sext(ob.call(ctx.declare("omp_get_thread_num", ir.FunctionType(I32, [])), []), I64)
     nt = ob.sext(ob.call(ctx.declare("omp_get_num_threads", ir.FunctionType(I32, [])), []), I64)
@@ -82,7 +88,7 @@ def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int)
     start = ob.mul(tid, chunk)
     stop = ob.select(ob.icmp_signed("<", ob.add(start, chunk), I64(n)), ob.add(start, chunk), I64(n))
     sub = EmitContext(ctx.module, outlined, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx._declare,
-                      arena=arena, scratch=scratch, builder=ob)
+                      arena=arena, scratch=scratch, builder=ob, shared=shared)
     run = outlined.append_basic_block("run")
     done = outlined.append_basic_block("done")
     ob.cbranch(ob.icmp_signed("<", start, stop), run, done)
@@ -103,7 +109,7 @@ def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int)
         stride_slot = b.alloca(I64, name="par.stride")
     b.store(I64(stride_bytes), stride_slot)
     for k, value in enumerate((ctx.arena, b.gep(ctx.scratch, [I64(base)], source_etype=ir.IntType(8)),
-                               stride_slot)):
+                               stride_slot, ctx.shared)):
         b.store(value, b.gep(args, [I32(0), I32(k)], inbounds=True))
     max_useful = max(1, min(MAX_THREADS, n // max(1, min_work), units))
     want = b.load(_num_threads_global(ctx.module), typ=I32)

@@ -4,6 +4,7 @@ the unfused thunks it replaces, run through `rl.compile`."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ import rlx_llvm.ir_emit.fused_layers  # noqa: F401  (registers the lowerings)
 import rlx_llvm.reference.fused_layers  # noqa: F401  (registers the references)
 import rlx_llvm.ir_emit.attention, rlx_llvm.ir_emit.gemm, rlx_llvm.ir_emit.norms  # noqa: F401,E401
 from rlx_llvm import thunks as T
+from rlx_llvm.ir_emit import parallel
+from rlx_llvm.ir_emit.gemm import GEMM_MODE_ENV
 from rlx_llvm.ops import Activation, MaskKind
 from tests.ir_emit.test_norms import suite_tests, Suite, expect_invalid
 
@@ -110,12 +113,66 @@ def build() -> Suite:
     # enough attention work that Attention forks threads on the scratch sub-context
     add_attn_block(s, "attn_parallel_s64", batch=2, seq=64, hs=64, nh=4, mask=MaskKind.Causal)
     add_bert(s, "bert_parallel_s64", batch=2, seq=64, hs=64, nh=4, inter=128, full_masked=True)
+    # large enough that every projection GEMM (≥ PARALLEL_MIN_FMAS per panel), the LayerNorms and
+    # SwiGLU (≥ 2·ROW_PARALLEL_MIN_ELEMENTS) fork too; 266 rows split unevenly, out_dim 200 ends
+    # in a ragged panel
+    for name, add in THREADED.items():
+        add(s, name)
     return s
+
+
+THREADED = {
+    "bert_threads_b2_s133": lambda s, n: add_bert(s, n, batch=2, seq=133, hs=256, nh=4, inter=512, full_masked=True),
+    "nomic_threads_b2_s133": lambda s, n: add_nomic(s, n, batch=2, seq=133, hs=256, nh=4, inter=512),
+    "attn_threads_b2_s133": lambda s, n: add_attn_block(s, n, batch=2, seq=133, hs=256, nh=4, out_dim=200,
+                                                        rope="neox"),
+}
+# parallel_for calls each threaded layer must emit: (projections, row loops); plus at least one
+# for attention.  Under RLX_LLVM_GEMM=blas the projections are BLAS calls (BLAS threads itself).
+MIN_FORKS = {"bert_threads_b2_s133": (4, 2), "nomic_threads_b2_s133": (4, 3), "attn_threads_b2_s133": (2, 0)}
 
 
 SUITE = build()
 (outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
  test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE, FAMILIES)
+
+
+# ── every step of a large layer splits across threads ───────────────────────
+
+def test_large_layers_fork_every_step(outcome) -> None:
+    """The projections with scratch operands, the LayerNorms and SwiGLU each emit a parallel_for."""
+    for name, (gemms, rows) in MIN_FORKS.items():
+        forks = outcome.prog.llvm_ir(thunk=SUITE.names().index(name)).count('@"GOMP_parallel"(')
+        assert forks >= gemms * _tiles() + rows + 1, (name, forks)
+
+
+def _tiles() -> bool:
+    """Whether the GEMMs run as IR tiles (not RLX_LLVM_GEMM=blas)."""
+    return os.environ.get(GEMM_MODE_ENV, "auto").lower() != "blas"
+
+
+def test_large_layers_on_two_threads(outcome) -> None:
+    """`rl.set_num_threads(2)` at run time (no recompile): the large layers match the reference
+    and the one-thread run byte for byte, and nothing outside the outputs is written.  (Under
+    RLX_LLVM_GEMM=blas the OpenBLAS pool changes size too, and its sums may differ by thread count.)"""
+    saved_blas, saved_own = rl.get_num_threads(), parallel.get_threads()
+    runs = {}
+    try:
+        for threads in (1, 2):
+            rl.set_num_threads(threads)
+            arena = rl.Arena(outcome.before.size)
+            arena.bytes[:] = outcome.before
+            outcome.prog.run(arena)
+            runs[threads] = arena.bytes.copy()
+    finally:
+        rl.set_num_threads(saved_blas)
+        parallel.set_threads(saved_own)
+    diff = np.flatnonzero(runs[1] != runs[2])
+    assert diff.size == 0 or not _tiles(), f"2 threads differ from 1 thread, first byte {diff[:8]}"
+    two = dataclasses.replace(outcome, got=runs[2])
+    for name in THREADED:
+        two.check(name)
+    two.check_untouched()
 
 
 # ── the fused layer equals the chain of unfused thunks ───────────────────────

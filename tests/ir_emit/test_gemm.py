@@ -306,6 +306,18 @@ def test_by_default_real_gemms_run_as_ir_tiles() -> None:
     assert 'call void @"rlx_cgemm"(' in prog.llvm_ir(thunk=1)
 
 
+def test_ir_tiles_up_to_2048_cubed() -> None:
+    """`IR_GEMM_MAX_MNK = 2048³`: a 2048³ GEMM runs as tiles, k = 2049 (just above) calls BLAS
+    (compiled only: the arena is never allocated)."""
+    shapes = [(2048, 2048, 2048), (2048, 2049, 2048)]
+    lay = Layout()
+    thunks = [T.Sgemm(a=lay.slot(4 * m * k), b=lay.slot(4 * k * n), c=lay.slot(4 * m * n), m=m, k=k, n=n)
+              for m, k, n in shapes]
+    with gemm_mode("auto"):
+        prog = rl.compile(rl.ThunkSchedule(thunks, arena_bytes=lay.top), cache=False)
+    assert [r.path for r in prog.report()] == ["llvm", "blas"]
+
+
 def test_repeat_runs_are_identical(built: Built) -> None:
     again = rl.Arena.from_bytes(built.initial.bytes)
     built.program.run(again)
