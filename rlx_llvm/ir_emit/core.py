@@ -222,7 +222,8 @@ class EmitContext:
         The body is emitted once into an outlined function `<thunk>.par<K>(ptr data)` that takes
         its share from `omp_get_thread_num()`; `GOMP_parallel` forks and joins (a few µs).  Each
         thread gets its own scratch (the body's `ctx.scratch_alloc` is per thread); the caller's
-        intermediates stay reachable through `ctx.shared`.  Chunks are
+        intermediates stay reachable through `ctx.shared`.  Threads claim chunks
+        (about 4 per thread) from a shared counter, so a descheduled thread holds up little; chunks are
         multiples of `grain` (e.g. 64 elements, so chunks start on cache lines); fewer than
         `2·min_work` items, or `set_num_threads(1)`, run on the calling thread with no fork.
         """
