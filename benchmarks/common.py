@@ -167,10 +167,12 @@ def median_ms(fn: Callable[[], object], repeat: int = 20, warmup: int = 2) -> fl
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int = 15, warmup: int = 1,
-                budget_s: float | None = None, min_rounds: int = 5) -> dict[str, Timing]:
+                budget_s: float | None = None, min_rounds: int = 5, settle: int = 0) -> dict[str, Timing]:
     """Time several implementations in rounds — each round calls every one once, in an order that
     rotates from round to round — so that a noisy neighbour on a shared machine hurts them alike.
 
+    `settle` untimed calls precede each timed one, so the previous implementation's thread pool
+    has gone idle (spinning workers yield) and this one's caches are warm when the clock starts.
     Stops after `rounds` rounds, or earlier (after `min_rounds`) once `budget_s` seconds are spent."""
     names = list(fns)
     for name in names:
@@ -184,6 +186,8 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int = 15, warmup: 
         for r in range(rounds):
             k = r % len(names)
             for name in names[k:] + names[:k]:
+                for _ in range(settle):
+                    fns[name]()
                 out[name].samples.append(_once(fns[name]))
             if budget_s is not None and r + 1 >= min_rounds and time.perf_counter() - start > budget_s:
                 break
