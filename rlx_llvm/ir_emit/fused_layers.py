@@ -4,7 +4,7 @@ emitters inside one thunk function (semantics.md §3.4; docs/lowering-fused-laye
 No new kernels: the projections are `gemm.gemm` (IR tiles or BLAS) with scratch operands and a
 bias(/erf-GELU) epilogue, the attention core is `attention.attention` run on a sub-context whose
 "arena" is this thread's scratch (Q/K/V are column ranges of the scratch QKV buffer, the Custom
-mask is copied next to them; RoPE is `attention._rope_rows` on the same sub-context, with the
+mask buffer (Custom or Bias) is copied next to them; RoPE is `attention._rope_rows` on the same sub-context, with the
 tables copied into scratch), and the LayerNorms use `norms.row_stats`/`normalized` (RLX's
 one-pass variance) with loaders that read scratch and arena slots.  Intermediates live in the
 calling thread's scratch; every step splits across rlx_llvm's threads when it is large enough:
@@ -21,7 +21,7 @@ from llvmlite import ir
 from ..errors import ValidationError
 from ..kernels.blas import FortranArgs
 from ..ops import Activation, MaskKind
-from ..thunks.attention import Attention, Rope
+from ..thunks.attention import Attention, Rope, mask_elems
 from . import elementmath as em
 from .attention import _rope_rows, attention
 from .core import F32, FASTMATH, I64, EmitContext
@@ -30,7 +30,6 @@ from .norms import Stats, normalized, row_stats
 from .registry import lowering
 from .rows import iadd, imul
 
-MASKS = (MaskKind.None_, MaskKind.Causal, MaskKind.Custom)
 # Row loops (LayerNorm, SwiGLU) fork only when every thread gets at least this many elements
 # (≈ 128 KiB of f32, several µs of work against a fork/join of a few µs).
 ROW_PARALLEL_MIN_ELEMENTS = 1 << 15
@@ -44,11 +43,8 @@ def _check_heads(t) -> None:
 
 
 def check_attn_block(t) -> None:
-    """Heads that tile hs, a supported mask kind, RoPE tables that cover the sequence, BLAS-sized dims."""
+    """Heads that tile hs, RoPE tables that cover the sequence, BLAS-sized dims (every mask kind)."""
     _check_heads(t)
-    if t.mask_kind not in MASKS:
-        raise ValidationError(f"mask_kind = {t.mask_kind!r}; FusedAttnBlock supports None, Causal, Custom",
-                              field="mask_kind")
     if t.has_rope:
         _check_rope(t)
     check_blas_ints("in_dim", "out_dim", "hs")(t)
@@ -151,11 +147,12 @@ def _to_scratch(ctx: EmitContext, src: int, count: int) -> int:
 def _attend(ctx: EmitContext, qkv: int, mask: int, kind, batch: int, seq: int, nh: int, dh: int, out: int,
             rope=None) -> None:
     """Scratch `out[m, hs] = MHA(qkv[m, 3hs])`: `attention.attention` on the scratch sub-context;
-    the Custom mask `[batch, seq]` is copied into scratch first.  `rope = (cos, sin, interleaved)`
+    the mask buffer (Custom `[batch, seq]`, Bias `[batch, nh, seq, seq]`) is copied into scratch first.  `rope = (cos, sin, interleaved)`
     (arena offsets) rotates q and k first: `attention._rope_rows` over the `[m, 2hs]` q|k columns
     (as 2·nh heads) into a scratch buffer, table row `pos·dh/2` for the token's position `pos`."""
     hs, m = nh * dh, batch * seq
-    mk = _to_scratch(ctx, mask, batch * seq) if kind == MaskKind.Custom else 0
+    elems = mask_elems(kind, batch, nh, seq, seq)  # Custom [b, s], Bias [b, nh, s, s], else none
+    mk = _to_scratch(ctx, mask, elems) if elems else 0
     q, k, qk_stride = qkv, qkv + 4 * hs, 3 * hs
     if rope is not None:
         cos, sin, interleaved = rope

@@ -11,6 +11,7 @@ import numpy as np
 from scipy.special import erf
 
 from ..ops import MaskKind
+from ..thunks.attention import mask_elems
 from . import reference, view
 from .attention import MASK_NEG_INF, MASK_THRESHOLD
 from .norms import normalize_rows
@@ -35,18 +36,24 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -
 
 
 def mha(qkv: np.ndarray, mask, kind, batch: int, seq: int, nh: int, dh: int, rope=None) -> np.ndarray:
-    """`[m, 3hs]` → `[m, hs]`; `mask` float64 `[batch, seq]` (Custom) or None; `rope` =
-    (cos[seq, dh/2], sin[seq, dh/2], interleaved) applied to q and k."""
+    """`[m, 3hs]` → `[m, hs]`; `mask` float64 `[batch, seq]` (Custom), `[batch, nh, seq, seq]`
+    (Bias, added to the scaled scores) or None; `rope` = (cos[seq, dh/2], sin[seq, dh/2],
+    interleaved) applied to q and k.  Order as semantics.md §2.7: Custom → Bias → synthetic."""
     hs = nh * dh
     x = qkv.reshape(batch, seq, 3, nh, dh)
     q, k, v = (x[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # [b, h, s, d]
     if rope is not None:
         q, k = rotate(q, *rope), rotate(k, *rope)
     sc = np.einsum("bhqd,bhkd->bhqk", q, k) * float(np.float32(dh ** -0.5))
+    q_pos, k_pos = np.arange(seq)[:, None], np.arange(seq)[None, :]
     if kind == MaskKind.Custom:
         sc = np.where(mask.reshape(batch, 1, 1, seq) < MASK_THRESHOLD, MASK_NEG_INF, sc)
+    elif kind == MaskKind.Bias:
+        sc = sc + mask.reshape(batch, nh, seq, seq)
     elif kind == MaskKind.Causal:
-        sc = np.where(np.arange(seq)[None, :] <= np.arange(seq)[:, None], sc, MASK_NEG_INF)
+        sc = np.where(k_pos <= q_pos, sc, MASK_NEG_INF)
+    elif isinstance(kind, MaskKind.SlidingWindow):
+        sc = np.where((k_pos <= q_pos) & (k_pos >= q_pos - kind.w), sc, MASK_NEG_INF)
     e = np.exp(sc - sc.max(axis=-1, keepdims=True))
     p = e / e.sum(axis=-1, keepdims=True)
     return np.einsum("bhqk,bhkd->bqhd", p, v).reshape(batch * seq, hs)
@@ -75,7 +82,8 @@ def fused_attn_block(arena: np.ndarray, t) -> None:
     qkv = _f64(arena, t.hidden, m, t.in_dim) @ _f64(arena, t.qkv_w, t.in_dim, 3 * hs)
     if t.has_bias:
         qkv = qkv + _f64(arena, t.qkv_b, 3 * hs)
-    mask = _f64(arena, t.mask, t.batch, t.seq) if t.mask_kind == MaskKind.Custom else None
+    elems = mask_elems(t.mask_kind, t.batch, t.nh, t.seq, t.seq)
+    mask = _f64(arena, t.mask, elems) if elems else None
     attn = mha(qkv, mask, t.mask_kind, t.batch, t.seq, t.nh, t.dh, _rope(arena, t) if t.has_rope else None) \
         if hs else np.zeros((m, 0))
     y = attn @ _f64(arena, t.out_w, hs, t.out_dim)

@@ -78,7 +78,8 @@ def add_attn_block(s: Suite, name: str, *, batch=2, seq=5, hs=32, nh=4, in_dim=N
     in_dim = hs if in_dim is None else in_dim
     out_dim = hs if out_dim is None else out_dim
     m = batch * seq
-    mk = s.put(padding_mask(s, batch, seq, full_masked)) if mask == MaskKind.Custom else 0
+    mk = s.put(padding_mask(s, batch, seq, full_masked)) if mask == MaskKind.Custom else \
+        s.put(s.normal(batch * nh * seq * seq)) if mask == MaskKind.Bias else 0
     out, o = s.out(np.float32, m * out_dim)
     cos, sin, cos_len = rope_tables(s, seq, hs // nh) if rope else (0, 0, 0)
     t = T.FusedAttnBlock(hidden=s.put(s.normal(m * in_dim)), qkv_w=s.put(s.normal(in_dim * 3 * hs, in_dim ** -0.5)),
@@ -96,8 +97,8 @@ def build() -> Suite:
     add_bert(s, "bert_b2_s5_masked", batch=2, seq=5, hs=32, nh=4, inter=128, full_masked=True)
     add_bert(s, "bert_b2_s17", batch=2, seq=17, hs=64, nh=4, inter=128)
     add_bert(s, "bert_b1_s17_h48", batch=1, seq=17, hs=48, nh=3, inter=96)
-    for kind in (MaskKind.None_, MaskKind.Causal, MaskKind.Custom):
-        k = str(kind).split(".")[-1]
+    for kind in (MaskKind.None_, MaskKind.Causal, MaskKind.Custom, MaskKind.Bias, MaskKind.SlidingWindow(3)):
+        k = str(kind).split(".")[-1].replace("(", "").replace(")", "")
         add_attn_block(s, f"attn_{k}", mask=kind)
         add_attn_block(s, f"attn_{k}_nobias_s17", seq=17, mask=kind, bias=False, out_bias=False)
         add_attn_block(s, f"attn_{k}_dims", batch=1, seq=9, in_dim=24, out_dim=40, hs=32, nh=2, mask=kind)
@@ -112,6 +113,8 @@ def build() -> Suite:
     add_nomic(s, "nomic_b2_s17_gptj", batch=2, seq=17, hs=64, nh=4, inter=128, interleaved=True)
     # enough attention work that Attention forks threads on the scratch sub-context
     add_attn_block(s, "attn_parallel_s64", batch=2, seq=64, hs=64, nh=4, mask=MaskKind.Causal)
+    add_attn_block(s, "attn_bias_parallel_s64", batch=2, seq=64, hs=64, nh=4, mask=MaskKind.Bias)
+    add_attn_block(s, "attn_rope_neox_sliding_s17", seq=17, hs=64, nh=2, mask=MaskKind.SlidingWindow(4), rope="neox")
     add_bert(s, "bert_parallel_s64", batch=2, seq=64, hs=64, nh=4, inter=128, full_masked=True)
     # large enough that every projection GEMM (≥ PARALLEL_MIN_FMAS per panel), the LayerNorms and
     # SwiGLU (≥ 2·ROW_PARALLEL_MIN_ELEMENTS) fork too; 266 rows split unevenly, out_dim 200 ends
@@ -240,7 +243,6 @@ def _nomic(**changes):
     (_bert, dict(dh=3), "dh"),
     (_bert, dict(nh=0, dh=0), "dh"),
     (_block, dict(dh=3), "dh"),
-    (_block, dict(mask_kind=MaskKind.Bias), "mask_kind"),
     (_block, dict(rope="neox", cos_len=3), "cos_len"),
     (_block, dict(rope="neox", hs=6, nh=2, dh=3, cos_len=6), "dh"),
     (_nomic, dict(dh=3), "dh"),
