@@ -108,14 +108,16 @@ def cmd_embed(args: argparse.Namespace) -> int:
     warm = " (warm start from the object cache)" if compiled.program.report().from_cache else ""
     print(f"model: BERT, {c.num_hidden_layers} layers, hidden {c.hidden_size}, {c.num_attention_heads} heads "
           f"— {enc.path}")
-    print(f"embeddings: {vectors.shape} float32, unit length; {ids.shape[0]} text(s) × {ids.shape[1]} tokens")
+    pooling = f"{enc.pooling.mode} pooling" + (", L2-normalized" if enc.pooling.normalize else "")
+    print(f"embeddings: {vectors.shape} float32, {pooling}; {ids.shape[0]} text(s) × {ids.shape[1]} tokens")
     print(f"load {load_ms:.0f} ms, tokenize {tokenize_ms:.2f} ms, compile {enc.last_compile_ms:.0f} ms{warm}")
     print(f"run: {float(np.median(times)):.2f} ms (median of {len(times)}) on {args.threads or 'all'} thread(s)")
     print("cosine similarity:")
     n = len(args.texts)
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     print("      " + "".join(f"{f'[{j}]':>7}" for j in range(n)))
     for i in range(n):
-        print(f"  {f'[{i}]':<4}" + "".join(f"{float(vectors[i] @ vectors[j]):7.3f}" for j in range(n)))
+        print(f"  {f'[{i}]':<4}" + "".join(f"{float(unit[i] @ unit[j]):7.3f}" for j in range(n)))
     for i, text in enumerate(args.texts):
         print(f"  [{i}] {text if len(text) <= 70 else text[:67] + '...'}  ({int(mask[i].sum())} tokens)")
     return 0

@@ -6,8 +6,8 @@
 """
 from __future__ import annotations
 
-from .bert import BertConfig, encoder_schedule, pack_weights
-from .sentence import ModelNotFoundError, SentenceEncoder, find_model, load_minilm
+from .bert import BertConfig, Pooling, encoder_schedule, pack_weights
+from .sentence import ModelNotFoundError, SentenceEncoder, find_model, load_minilm, pooling_of
 
-__all__ = ["BertConfig", "SentenceEncoder", "ModelNotFoundError", "encoder_schedule", "find_model",
-           "load_minilm", "pack_weights"]
+__all__ = ["BertConfig", "Pooling", "SentenceEncoder", "ModelNotFoundError", "encoder_schedule", "find_model",
+           "load_minilm", "pack_weights", "pooling_of"]

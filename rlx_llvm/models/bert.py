@@ -8,9 +8,11 @@ activations, so one arena serves every (batch, seq) schedule that fits in it:
     x   = word_emb[ids] + type_emb[type_ids] + pos_emb[:s]   (Gather, Gather, ElementwiseRegion)
     h0  = LayerNorm(x)                                        (LayerNorm)
     hℓ  = FusedBertLayer(hℓ₋₁, mask)   ℓ = 1…N                  (Q/K/V fused to one [H, 3H] weight)
-    sum = mask[b, 1, s] · hN[b, s, H]                         (BatchedSgemm)
-    cnt = max(Σₛ mask, 1e-9)                                  (Reduce Sum, ElementwiseRegion Max)
-    emb = RmsNorm(sum / cnt; g = 1/√H) = v / √(Σv² + 1e-24)   (BinaryFull Div, RmsNorm)
+    mean pooling:  sum = mask[b, 1, s] · hN[b, s, H]          (BatchedSgemm)
+                   cnt = max(Σₛ mask, 1e-9)                   (Reduce Sum, ElementwiseRegion Max)
+                   v   = sum / cnt                            (BinaryFull Div)
+    cls pooling:   v   = hN[b, 0, :]                          (Narrow)
+    normalize:     emb = RmsNorm(v; g = 1/√H) = v / √(Σv² + 1e-24)   (else emb = v)
 
 The last line is `torch.nn.functional.normalize(v, p=2, eps=1e-12)` up to the eps rule
 (`max(‖v‖, 1e-12)` there, `√(‖v‖² + 1e-24)` here: equal unless ‖v‖ < 1e-11).
@@ -61,6 +63,22 @@ class BertConfig:
     def head_dim(self) -> int:
         """Width of one attention head."""
         return self.hidden_size // self.num_attention_heads
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """How token states become one vector: `mode` "mean" (over unmasked tokens) or "cls" (the
+    first token), then L2 `normalize` or not — sentence-transformers' Pooling and Normalize."""
+
+    mode: str = "mean"
+    normalize: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in POOLING_MODES:
+            raise ValueError(f"pooling mode {self.mode!r}; supported: {', '.join(POOLING_MODES)}")
+
+
+POOLING_MODES = ("mean", "cls")
 
 
 class Layout:
@@ -115,7 +133,8 @@ def weight_layout(packed: dict[str, np.ndarray]) -> Layout:
     return at
 
 
-def encoder_schedule(config: BertConfig, weights: Layout, batch: int, seq: int) -> tuple[ThunkSchedule, dict]:
+def encoder_schedule(config: BertConfig, weights: Layout, batch: int, seq: int,
+                     pooling: Pooling = Pooling()) -> tuple[ThunkSchedule, dict]:
     """The encoder for `batch` sequences of `seq` tokens; returns the schedule and the activation
     slots (`ids`, `type_ids`, `mask` inputs; `embeddings` [batch, H] output) after the weights."""
     if not 0 < seq <= config.max_position_embeddings:
@@ -127,7 +146,7 @@ def encoder_schedule(config: BertConfig, weights: Layout, batch: int, seq: int) 
     word, typ = at("word", 4 * m * hs), at("type", 4 * m * hs)
     hidden = [at("h_even", 4 * m * hs), at("h_odd", 4 * m * hs)]
     sums, count = at("sums", 4 * batch * hs), at("count", 4 * batch)
-    mean, emb = at("mean", 4 * batch * hs), at("embeddings", 4 * batch * hs)
+    pooled, emb = at("pooled", 4 * batch * hs), at("embeddings", 4 * batch * hs)
     gather = dict(idx_i64=1, table_bytes=4, num_idx=m, trailing=hs)
     thunks = [
         T.Gather(table=w["word_emb"], table_len=c.vocab_size * hs, idx=ids, dst=word, **gather),
@@ -147,14 +166,20 @@ def encoder_schedule(config: BertConfig, weights: Layout, batch: int, seq: int) 
                                        hs=hs, nh=c.num_attention_heads, dh=c.head_dim,
                                        int_dim=c.intermediate_size, **layer))
     last = hidden[c.num_hidden_layers % 2]
-    thunks += [
-        T.BatchedSgemm(a=mask, b=last, c=sums, batch=batch, m=1, k=seq, n=hs, a_bcast=False, b_bcast=False),
-        T.Reduce(src=mask, dst=count, outer=batch, reduced=seq, inner=1, op=ReduceOp.Sum),
-        T.ElementwiseRegion(dst=count, len=batch, input_offs=(count, w["pool_eps"]), scalar_input_mask=0b10,
-                            chain=(S.Binary(BinaryOp.Max, In.Input(0), In.Input(1)),)),
-        T.BinaryFull(lhs=sums, rhs=count, dst=mean, len=batch * hs, lhs_len=batch * hs, rhs_len=batch,
-                     op=BinaryOp.Div, out_dims_bcast=(batch, hs), bcast_lhs_strides=(hs, 1),
-                     bcast_rhs_strides=(1, 0), elem_bytes=4),
-        T.RmsNorm(src=mean, g=w["l2_g"], b=w["zeros"], dst=emb, rows=batch, h=hs, eps=NORM_EPS / hs),
-    ]
+    v = pooled if pooling.normalize else emb
+    if pooling.mode == "cls":
+        thunks.append(T.Narrow(src=last, dst=v, outer=batch, src_stride=seq * hs, dst_stride=hs, inner=hs,
+                               elem_bytes=4))
+    else:
+        thunks += [
+            T.BatchedSgemm(a=mask, b=last, c=sums, batch=batch, m=1, k=seq, n=hs, a_bcast=False, b_bcast=False),
+            T.Reduce(src=mask, dst=count, outer=batch, reduced=seq, inner=1, op=ReduceOp.Sum),
+            T.ElementwiseRegion(dst=count, len=batch, input_offs=(count, w["pool_eps"]), scalar_input_mask=0b10,
+                                chain=(S.Binary(BinaryOp.Max, In.Input(0), In.Input(1)),)),
+            T.BinaryFull(lhs=sums, rhs=count, dst=v, len=batch * hs, lhs_len=batch * hs, rhs_len=batch,
+                         op=BinaryOp.Div, out_dims_bcast=(batch, hs), bcast_lhs_strides=(hs, 1),
+                         bcast_rhs_strides=(1, 0), elem_bytes=4),
+        ]
+    if pooling.normalize:
+        thunks.append(T.RmsNorm(src=pooled, g=w["l2_g"], b=w["zeros"], dst=emb, rows=batch, h=hs, eps=NORM_EPS / hs))
     return ThunkSchedule(thunks, arena_bytes=at.top), dict(at.slots)

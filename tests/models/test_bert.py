@@ -12,7 +12,7 @@ import pytest
 
 import rlx_llvm as rl
 from rlx_llvm import reference
-from rlx_llvm.models.bert import BertConfig, encoder_schedule, pack_weights, weight_layout
+from rlx_llvm.models.bert import BertConfig, Pooling, encoder_schedule, pack_weights, weight_layout
 
 TINY = BertConfig(vocab_size=41, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=48, max_position_embeddings=24, type_vocab_size=2, layer_norm_eps=1e-12)
@@ -44,8 +44,9 @@ def _ln(x, g, b, eps):
     return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * g + b
 
 
-def numpy_bert(c: BertConfig, w: dict, ids, type_ids, mask) -> np.ndarray:
-    """float64 BertModel → mean pooling over mask → F.normalize (sentence-transformers' pipeline)."""
+def numpy_bert(c: BertConfig, w: dict, ids, type_ids, mask, pooling: Pooling = Pooling()) -> np.ndarray:
+    """float64 BertModel → mean (over mask) or CLS pooling → F.normalize or not (sentence-transformers'
+    Pooling and Normalize modules)."""
     w = {k: v.astype(np.float64) for k, v in w.items()}
     lin = lambda x, name: x @ w[f"{name}.weight"].T + w[f"{name}.bias"]
     b, s = ids.shape
@@ -68,7 +69,12 @@ def numpy_bert(c: BertConfig, w: dict, ids, type_ids, mask) -> np.ndarray:
         f = 0.5 * f * (1 + np.vectorize(math.erf)(f / math.sqrt(2)))
         x = _ln(lin(f, f"{p}output.dense") + x, w[f"{p}output.LayerNorm.weight"], w[f"{p}output.LayerNorm.bias"],
                 c.layer_norm_eps)
-    pooled = (x * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+    if pooling.mode == "cls":
+        pooled = x[:, 0]
+    else:
+        pooled = (x * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+    if not pooling.normalize:
+        return pooled
     return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
 
@@ -80,10 +86,10 @@ class Tiny:
     weights: dict
     programs: dict = dataclasses.field(default_factory=dict)
 
-    def run(self, ids, type_ids, mask, oracle: bool = False) -> np.ndarray:
+    def run(self, ids, type_ids, mask, oracle: bool = False, pooling: Pooling = Pooling()) -> np.ndarray:
         packed = pack_weights(self.config, self.weights)
         layout = weight_layout(packed)
-        sched, slots = encoder_schedule(self.config, layout, *ids.shape)
+        sched, slots = encoder_schedule(self.config, layout, *ids.shape, pooling)
         arena = rl.Arena(sched.arena_bytes)
         for name, array in packed.items():
             arena.write(layout.slots[name], array)
@@ -93,9 +99,10 @@ class Tiny:
         if oracle:
             reference.run(sched, arena)
         else:
-            if ids.shape not in self.programs:
-                self.programs[ids.shape] = rl.compile(sched)
-            self.programs[ids.shape].run(arena)
+            key = (ids.shape, pooling)
+            if key not in self.programs:
+                self.programs[key] = rl.compile(sched)
+            self.programs[key].run(arena)
         return arena.read(slots["embeddings"], "f32", (ids.shape[0], self.config.hidden_size))
 
 
@@ -122,6 +129,20 @@ def test_encoder_matches_numpy_bert(tiny, batch, seq):
     got = tiny.run(ids, types, mask)
     np.testing.assert_allclose(got, want, atol=2e-5)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("pooling", [Pooling("cls", True), Pooling("mean", False), Pooling("cls", False)])
+def test_other_pipelines_match_numpy_bert(tiny, pooling):
+    ids, types, mask = inputs(3, 7)
+    want = numpy_bert(TINY, tiny.weights, ids, types, mask, pooling)
+    np.testing.assert_allclose(tiny.run(ids, types, mask, pooling=pooling), want, atol=2e-5)
+    if not pooling.normalize:
+        assert np.abs(np.linalg.norm(want, axis=1) - 1).max() > 0.1  # the test can tell
+
+
+def test_unknown_pooling_is_refused():
+    with pytest.raises(ValueError, match="pooling mode 'max'"):
+        Pooling("max")
 
 
 def test_reference_oracle_agrees(tiny):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rlx_llvm.cli import main
-from rlx_llvm.models import ModelNotFoundError, find_model
+from rlx_llvm.models import ModelNotFoundError, Pooling, find_model, pooling_of
 
 GOLDEN = json.loads((Path(__file__).parents[1] / "data" / "minilm_golden.json").read_text())
 
@@ -78,6 +78,43 @@ def test_embed_of_nothing_and_bad_tokens(minilm):
         minilm.embed_tokens(np.array([[101, 40000]]), np.ones((1, 2)))
     with pytest.raises(ValueError, match="batch, seq"):
         minilm.embed_tokens(np.array([101, 102]), np.ones(2))
+
+
+def test_minilm_pipeline_is_mean_then_normalize(minilm):
+    assert minilm.pooling == Pooling("mean", normalize=True)
+
+
+def _snapshot(tmp_path, modules=None, pooling=None):
+    if modules is not None:
+        (tmp_path / "modules.json").write_text(json.dumps(modules))
+    if pooling is not None:
+        (tmp_path / "1_Pooling").mkdir()
+        (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return tmp_path
+
+
+ST = "sentence_transformers.models."
+PIPE = [{"type": ST + "Transformer", "path": ""}, {"type": ST + "Pooling", "path": "1_Pooling"}]
+
+
+@pytest.mark.parametrize("modules,pooling,want", [
+    (None, None, Pooling("mean", False)),                       # plain HF snapshot: ST's default
+    (PIPE, {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, Pooling("cls", False)),
+    (PIPE + [{"type": ST + "Normalize", "path": "2_Normalize"}], {"pooling_mode_mean_tokens": True},
+     Pooling("mean", True)),
+])
+def test_pooling_follows_the_snapshot(tmp_path, modules, pooling, want):
+    assert pooling_of(_snapshot(tmp_path, modules, pooling)) == want
+
+
+@pytest.mark.parametrize("modules,pooling,match", [
+    (PIPE + [{"type": ST + "Dense", "path": "2_Dense"}], {"pooling_mode_mean_tokens": True}, "Dense"),
+    (PIPE, {"pooling_mode_max_tokens": True}, "max_tokens"),
+    (PIPE, {"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}, "cls_token"),
+])
+def test_unsupported_pipelines_are_refused(tmp_path, modules, pooling, match):
+    with pytest.raises(ValueError, match=match):
+        pooling_of(_snapshot(tmp_path, modules, pooling))
 
 
 def test_missing_model_says_what_to_install(tmp_path):
