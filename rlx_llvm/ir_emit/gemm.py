@@ -215,6 +215,10 @@ TILE_TYPES = {"s": F32, "d": F64}
 # registers, 12 of AVX2's 16.
 ACCUMULATORS = {16: 24, 8: 12, 4: 12}
 PANEL_VECTORS = 4       # a column panel is 4 vectors wide (64 f32 columns with AVX-512)
+K_BLOCK = 512           # rows of B per k-block: 128 KiB of an f32 panel stays in L2 across row tiles
+# Pack B panels (contiguous copies per k-block) only where it measured faster: B rows a multiple of
+# 4 KiB apart (a panel's rows then share few L2 sets) and enough rows of A to amortize the copy.
+PACK_MIN_ROWS = 512
 PARALLEL_MIN_FMAS = 1 << 21  # ≈ 10 µs of tile work per thread before a fork/join pays off
 
 
@@ -228,7 +232,8 @@ def transpose_to_scratch(ctx: EmitContext, src: ir.Value, rows: int, cols: int, 
 def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand", b: "Operand", c: "Operand",
               *, ta: bool, alpha: float, beta: float, epilogue: Epilogue | None = None) -> None:
     """`C = α·op(A)·B + β·C` by register tiles: `MR` rows × `NV` vectors of C stay in registers
-    while the loop over k streams rows of B and broadcasts elements of A (no packing).
+    while the loop over k streams rows of B and broadcasts elements of A.  k runs in blocks of at
+    most `K_BLOCK` (later blocks accumulate onto C); B is packed only where measured to pay.
 
     Column panels of `NV·W` columns (the last one narrower, its last vector masked) are the unit
     of work: each sweeps the rows in tiles of MR (plus one shorter tile), then runs the epilogue
@@ -243,17 +248,22 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
     panels = full + (1 if rest else 0)
     min_panels = max(1, -(-PARALLEL_MIN_FMAS // (m * k * panel)))
 
+    packs = m >= PACK_MIN_ROWS and (n * ITEMSIZE[prec]) % 4096 == 0
+
     def run_panels(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
         ops = [pointer(sub, x) for x in (a, b, c)]
+        # this thread's copy of one k-block of a B panel (contiguous rows: no cache-set conflicts)
+        pack = scratch_ptr(sub, sub.scratch_alloc(min(k, K_BLOCK) * panel * ITEMSIZE[prec])) if packs else None
         with sub.for_range(start, stop, name="panel") as j:
             if rest and full:
                 with sub.b.if_else(sub.b.icmp_signed("<", j, I64(full))) as (then, otherwise):
                     with then:
-                        _panel(sub, ty, w, m, n, k, panel, panel, ops, j, ta, alpha, beta, epilogue)
+                        _panel(sub, ty, w, m, n, k, panel, panel, ops, j, ta, alpha, beta, epilogue, pack)
                     with otherwise:
-                        _panel(sub, ty, w, m, n, k, panel, rest, ops, j, ta, alpha, beta, epilogue)
+                        _panel(sub, ty, w, m, n, k, panel, rest, ops, j, ta, alpha, beta, epilogue, pack)
             else:
-                _panel(sub, ty, w, m, n, k, panel, panel if full else rest, ops, j, ta, alpha, beta, epilogue)
+                _panel(sub, ty, w, m, n, k, panel, panel if full else rest, ops, j, ta, alpha, beta, epilogue,
+                       pack)
 
     if panels >= 2 * min_panels and all(isinstance(x, MovableRef) for x in (a, b, c)):
         ctx.parallel_for(panels, run_panels, grain=1, min_work=min_panels)
@@ -263,8 +273,11 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
 
 def _panel(ctx: EmitContext, ty: ir.Type, w: int, m: int, n: int, k: int, panel: int, width: int,
            ops: list[ir.Value], j: ir.Value, ta: bool, alpha: float, beta: float,
-           epilogue: Epilogue | None) -> None:
-    """Column panel `j` (`width` columns from `j·panel`): every row tile of it, then the epilogue."""
+           epilogue: Epilogue | None, pack: ir.Value | None = None) -> None:
+    """Column panel `j` (`width` columns from `j·panel`): for each block of k, every row tile of
+    it (the block's rows of B stay in L2 while A streams past), then the epilogue.  With `pack`,
+    each block of B is first copied there as contiguous `[kc, panel]` rows: B's own row stride
+    (`n` elements, often a multiple of 4 KiB) maps a panel's rows onto few cache sets."""
     b = ctx.b
     nv = -(-width // w)
     mr = max(1, min(m, ACCUMULATORS.get(ctx.lanes, 12) // nv))
@@ -272,16 +285,33 @@ def _panel(ctx: EmitContext, ty: ir.Type, w: int, m: int, n: int, k: int, panel:
     a, bm, c = ops
     col = b.mul(j, I64(panel))
     a_row, a_col = (1, m) if ta else (k, 1)  # element strides of op(A) along rows and along k
-    for i0, rows, count in _runs(m, mr):
-        fn = TileShape(ty, w, rows, nv, beta != 0.0).function(ctx)
-        with _maybe_loop(ctx, count, "rtile") as tr:
-            row0 = b.add(I64(i0), b.mul(tr, I64(rows)))
-            b.call(fn, [ctx.addr(0, b.mul(row0, I64(a_row)), size, base=a), ctx.addr(0, col, size, base=bm),
-                        ctx.addr(0, b.add(b.mul(row0, I64(n)), col), size, base=c),
-                        I64(a_row), I64(a_col), I64(n), I64(n), I64(k), I64(width - (nv - 1) * w),
-                        ir.Constant(ty, alpha), ir.Constant(ty, beta)])
+    for k0, kc in k_blocks(k):
+        block_beta = beta if k0 == 0 else 1.0  # later blocks add onto the partial C
+        if pack is not None:
+            with ctx.for_range(0, kc, name="pack") as r:
+                src = ctx.addr(0, b.add(b.mul(b.add(r, I64(k0)), I64(n)), col), size, base=bm)
+                copy_bytes(ctx, ctx.addr(0, b.mul(r, I64(panel)), size, base=pack), src, width * size)
+            b_at, ldb = ctx.addr(0, I64(0), size, base=pack), panel
+        else:
+            b_at, ldb = ctx.addr(0, b.add(col, I64(k0 * n)), size, base=bm), n
+        for i0, rows, count in _runs(m, mr):
+            fn = TileShape(ty, w, rows, nv, block_beta != 0.0).function(ctx)
+            with _maybe_loop(ctx, count, "rtile") as tr:
+                row0 = b.add(I64(i0), b.mul(tr, I64(rows)))
+                a_at = b.add(b.mul(row0, I64(a_row)), I64(k0 * a_col))
+                b.call(fn, [ctx.addr(0, a_at, size, base=a), b_at,
+                            ctx.addr(0, b.add(b.mul(row0, I64(n)), col), size, base=c),
+                            I64(a_row), I64(a_col), I64(ldb), I64(n), I64(kc), I64(width - (nv - 1) * w),
+                            ir.Constant(ty, alpha), ir.Constant(ty, block_beta)])
     if epilogue is not None:
         epilogue(ctx, col, width)
+
+
+def k_blocks(k: int) -> list[tuple[int, int]]:
+    """(first k, length) of near-equal blocks of at most `K_BLOCK` (one block when k fits)."""
+    count = -(-k // K_BLOCK)
+    size = -(-k // count)
+    return [(k0, min(size, k - k0)) for k0 in range(0, k, size)]
 
 
 def _runs(total: int, step: int) -> list[tuple[int, int, int]]:

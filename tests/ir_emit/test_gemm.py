@@ -167,8 +167,27 @@ def gemm_cases(lay: Layout) -> list[tuple[str, object]]:
         cases.append((f"synth {m}x{k}x{n} d={d}", T.SynthMatMul(
             x=lay.put(lay.normal(m, k)), indices=lay.put(codes), codebook=lay.put(lay.normal(entries, d)),
             dst=lay.slot(m * n * 4), m=m, k=k, n=n, entry_dim=d, num_entries=entries)))
-    cases += parallel_cases(lay)
+    cases += parallel_cases(lay) + k_block_cases(lay)
     return cases
+
+
+def k_block_cases(lay: Layout) -> list[tuple[str, object]]:
+    """k beyond one `K_BLOCK` (later blocks accumulate onto C) and packed B panels (m ≥ 512 with
+    B rows a multiple of 4 KiB apart), with transposes, an epilogue and f64."""
+    return [
+        ("kblock sgemm 70x1100x200", T.Sgemm(a=lay.put(lay.normal(70, 1100)), b=lay.put(lay.normal(1100, 200)),
+                                             c=lay.slot(70 * 200 * 4), m=70, k=1100, n=200)),
+        ("kblock sgemm_t 33x1030x40 ta tb", T.SgemmT(a=lay.put(lay.normal(1030, 33)), b=lay.put(lay.normal(40, 1030)),
+                                                     c=lay.slot(33 * 40 * 4), m=33, k=1030, n=40, ta=True, tb=True)),
+        ("kblock dgemm 9x700x17", T.Dgemm(a=lay.put(lay.normal(9, 700, dtype=np.float64)),
+                                          b=lay.put(lay.normal(700, 17, dtype=np.float64)), c=lay.slot(9 * 17 * 8),
+                                          m=9, k=700, n=17)),
+        ("packed sgemm 520x600x1024", T.Sgemm(a=lay.put(lay.normal(520, 600)), b=lay.put(lay.normal(600, 1024)),
+                                              c=lay.slot(520 * 1024 * 4), m=520, k=600, n=1024)),
+        ("packed fused 512x1030x1024", T.FusedMmBiasAct(
+            a=lay.put(lay.normal(512, 1030)), w=lay.put(lay.normal(1030, 1024) * 0.03), bias=lay.put(lay.normal(1024)),
+            c=lay.slot(512 * 1024 * 4), m=512, k=1030, n=1024, act=Activation.Gelu)),
+    ]
 
 
 def parallel_cases(lay: Layout) -> list[tuple[str, object]]:
