@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from llvmlite import ir
 from . import jit
 from .arena import ALIGNMENT, Arena
 from .errors import ExecutionError, ValidationError
-from .ir_emit import registry
+from .ir_emit import registry, shared
 from .ir_emit.core import I32, I64, PTR, EmitContext, snake
 from .validate import validate_schedule
 
@@ -31,6 +32,8 @@ class ThunkReport:
     path: str
     symbol: str
     emit_ms: float
+    body: str = ""
+    """The shared body this thunk's function calls ("" when it has its own code)."""
 
 
 @dataclass
@@ -52,7 +55,8 @@ class Report:
 
     def __str__(self) -> str:
         lines = [f"{'#':>4}  {'kind':<28} {'path':<6} {'symbol':<40} emit ms"]
-        lines += [f"{r.index:>4}  {r.kind:<28} {r.path:<6} {r.symbol:<40} {r.emit_ms:7.2f}" for r in self.rows]
+        lines += [f"{r.index:>4}  {r.kind:<28} {r.path:<6} {r.symbol:<40} {r.emit_ms:7.2f}"
+                  + (f"  → {r.body}" if r.body else "") for r in self.rows]
         t = ", ".join(f"{k} {v:.1f} ms" for k, v in self.timings_ms.items())
         lines.append(f"module: {t}" + (" (object loaded from cache)" if self.from_cache else ""))
         return "\n".join(lines)
@@ -96,6 +100,8 @@ class _ModuleBuilder:
         self.emit_ms: dict[int, float] = {}
         self.scratch_bytes = 0
         self.paths: dict[int, str] = {}
+        self.bodies: dict[str, tuple[ir.Function, EmitContext]] = {}  # canonical thunk → shared body
+        self.body_of: dict[int, str] = {}  # thunk index → the shared body its function calls
 
     def declare(self, name: str, fnty: ir.FunctionType) -> ir.Function:
         existing = self.module.globals.get(name)
@@ -105,23 +111,54 @@ class _ModuleBuilder:
 
     def thunk_function(self, index: int, thunk) -> ir.Function:
         name = f"t{index}_{snake(type(thunk).__name__)}"
+        fn = self._function(name)
+        low = registry.LOWERINGS[type(thunk).__name__]
+        t0 = time.perf_counter()
+        if low.shared_body:
+            ctx = self._call_shared_body(fn, index, thunk)
+        else:
+            ctx = self._emit(fn, index, thunk, fields=False)
+        self.scratch_bytes = max(self.scratch_bytes, ctx.scratch_bytes)
+        self.paths[index] = "blas" if "blas" in ctx.paths else ("llvm" if ctx.paths else low.path)
+        self.emit_ms[index] = (time.perf_counter() - t0) * 1e3
+        self.symbols[index] = name
+        self.module.add_named_metadata("rlx.thunks", [ir.MetaDataString(self.module, f"{name}: {thunk!r}")])
+        return fn
+
+    def _function(self, name: str) -> ir.Function:
+        """`i32 @name(ptr noalias %arena, ptr noalias %scratch)`, kept out of line."""
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR]), name=name)
         fn.args[0].name, fn.args[1].name = "arena", "scratch"
         for arg in fn.args:
             arg.add_attribute("noalias")
         fn.attributes.add("nounwind")
         fn.attributes.add("noinline")  # keeps each thunk a separate, inspectable symbol
-        t0 = time.perf_counter()
-        ctx = EmitContext(self.module, fn, index, thunk, self.schedule, self.lanes, self.declare)
+        return fn
+
+    def _emit(self, fn: ir.Function, index: int, thunk, fields: bool) -> EmitContext:
+        ctx = EmitContext(self.module, fn, index, thunk, self.schedule, self.lanes, self.declare, fields=fields)
         registry.LOWERINGS[type(thunk).__name__].emit(ctx, thunk)
         ctx.finish()
-        self.scratch_bytes = max(self.scratch_bytes, ctx.scratch_bytes)
-        declared = registry.LOWERINGS[type(thunk).__name__].path
-        self.paths[index] = "blas" if "blas" in ctx.paths else ("llvm" if ctx.paths else declared)
-        self.emit_ms[index] = (time.perf_counter() - t0) * 1e3
-        self.symbols[index] = name
-        self.module.add_named_metadata("rlx.thunks", [ir.MetaDataString(self.module, f"{name}: {thunk!r}")])
-        return fn
+        return ctx
+
+    def _call_shared_body(self, fn: ir.Function, index: int, thunk) -> EmitContext:
+        """Fill the buffer table and call the body shared by every thunk with the same canonical
+        form (`ir_emit.shared`), emitting that body on first use."""
+        form, bases = shared.canonical(thunk)
+        key = repr(form)
+        if key not in self.bodies:
+            body = self._function(f"{fn.name}.body")
+            body.args[0].name = "fields"
+            self.bodies[key] = (body, self._emit(body, index, form, fields=True))
+        body, ctx = self.bodies[key]
+        self.body_of[index] = body.name
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        table = b.alloca(ir.ArrayType(PTR, 1 + len(bases)), name="fields")
+        for k, base in enumerate([0] + bases):
+            at = b.gep(fn.args[0], [I64(base)], source_etype=ir.IntType(8), inbounds=True)
+            b.store(at, b.gep(table, [I32(0), I32(k)], inbounds=True))
+        b.ret(b.call(body, [table, fn.args[1]]))
+        return ctx
 
     def driver(self, step: _NativeStep, fns: list[ir.Function]) -> None:
         """`i64 @segmentN(ptr, ptr)`: call each thunk; return 0, or (index + 1) << 32 | status."""
@@ -278,6 +315,7 @@ class Program:
                 fns = [mb.thunk_function(i, self.schedule.thunks[i]) for i in step.indices]
                 mb.driver(step, fns)
         self._symbols = mb.symbols
+        self._bodies = mb.body_of
         self._paths = [mb.paths.get(i, p) for i, p in enumerate(self._paths)]
         self.scratch_bytes: int = mb.scratch_bytes
         """Bytes of per-thread scratch the native code needs (allocated lazily per calling thread)."""
@@ -294,6 +332,7 @@ class Program:
                     "n_thunks": len(self.schedule.thunks), "paths": self._paths,
                     "object_key": self._code.key if self._code else "",
                     "symbols": {str(i): name for i, name in self._symbols.items()},
+                    "bodies": {str(i): name for i, name in self._bodies.items()},
                     "segments": [[s.symbol, s.indices] for s in self._steps if isinstance(s, _NativeStep)],
                     "scratch_bytes": self.scratch_bytes}, source_ir=self._ir_text)
         self._warm = False
@@ -302,6 +341,7 @@ class Program:
         """Warm path: the plan and the object come from the cache; emitters are not even imported."""
         self._paths = meta["paths"]
         self._symbols = {int(i): name for i, name in meta["symbols"].items()}
+        self._bodies = {int(i): name for i, name in meta.get("bodies", {}).items()}
         self.scratch_bytes = meta["scratch_bytes"]
         self._emit_ms = {}
         self._code = meta["code"]
@@ -369,7 +409,8 @@ class Program:
         rows = []
         for i, t in enumerate(self.schedule.thunks):
             symbol = self._symbols.get(i) or f"<python {type(t).__name__}>"
-            rows.append(ThunkReport(i, type(t).__name__, self._paths[i], symbol, round(self._emit_ms.get(i, 0.0), 3)))
+            rows.append(ThunkReport(i, type(t).__name__, self._paths[i], symbol, round(self._emit_ms.get(i, 0.0), 3),
+                                    self._bodies.get(i, "")))
         return Report(rows, {k: round(v, 2) for k, v in self._timings.items()},
                       bool(self._warm or (self._code and self._code.from_cache)))
 
@@ -430,21 +471,58 @@ def _arena_bytes(arena, needed: int) -> tuple[np.ndarray, int]:
 
 
 def _extract_function(text: str, symbol: str, header: str = "") -> str:
-    lines = text.splitlines()
-    out, inside = [], False
-    for line in lines:
-        if line.startswith("define") and f"@{symbol}(" in line or line.startswith("define") and f'@"{symbol}"(' in line:
-            inside = True
-        if inside:
-            out.append(line)
-            if line.startswith("}"):
-                break
-    return "\n".join(([header] if header else []) + out)
+    """The definition of `symbol` and of the thunk functions it calls, transitively: its parallel
+    bodies (`t3_x.par1`) and a shared body (`t2_x.body`), each once."""
+    defs = _definitions(text)
+    out, todo, seen = [], [symbol], set()
+    while todo:
+        name = todo.pop(0)
+        if name in seen or name not in defs:
+            continue
+        seen.add(name)
+        out.append(defs[name])
+        todo += [m for m in _CALLED.findall(defs[name]) if m not in seen]
+    return "\n".join(([header] if header else []) + ["\n\n".join(out)])
+
+
+_DEFINE = re.compile(r'^define [^@]*@"?([^"(]+)"?\(', re.M)
+_CALLED = re.compile(r'@"?(t\d+_[\w.]+)"?')
+
+
+def _definitions(text: str) -> dict[str, str]:
+    """Function name → its `define … { … }` text."""
+    defs, lines, name = {}, [], None
+    for line in text.splitlines():
+        if name is None:
+            m = _DEFINE.match(line)
+            if m:
+                name, lines = m.group(1), [line]
+                if line.rstrip().endswith("}"):
+                    defs[name], name = line, None
+            continue
+        lines.append(line)
+        if line.startswith("}"):
+            defs[name], name = "\n".join(lines), None
+    return defs
 
 
 def _extract_asm(text: str, symbol: str) -> str:
-    lines = text.splitlines()
-    out, inside = [], False
+    """The assembly of `symbol` and of the thunk functions it calls (as `_extract_function`)."""
+    out, todo, seen = [], [symbol], set()
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        block = _asm_function(text, name)
+        if block:
+            out.append(block)
+            todo += [m for m in re.findall(r"\b(t\d+_[\w.]+)\b", block) if m not in seen]
+    return "\n\n".join(out)
+
+
+def _asm_function(text: str, symbol: str) -> str:
+    lines, out, inside = text.splitlines(), [], False
     for line in lines:
         if line.startswith(f"{symbol}:"):
             inside = True

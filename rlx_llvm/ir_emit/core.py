@@ -73,6 +73,9 @@ def width_of(value: ir.Value) -> int:
     return value.type.count if isinstance(value.type, ir.VectorType) else 1
 
 
+FIELD_STRIDE = 1 << 40  # virtual arena offsets of a shared body: buffer k starts at k·FIELD_STRIDE
+
+
 def _alignment(offset: int, itemsize: int) -> int:
     if offset == 0:
         return itemsize
@@ -85,7 +88,8 @@ class EmitContext:
     def __init__(self, module: ir.Module, fn: ir.Function, index: int, thunk, schedule, lanes: int,
                  declare: Callable[[str, ir.FunctionType], ir.Function],
                  arena: ir.Value | None = None, scratch: ir.Value | None = None,
-                 builder: ir.IRBuilder | None = None, shared: ir.Value | None = None) -> None:
+                 builder: ir.IRBuilder | None = None, shared: ir.Value | None = None,
+                 fields: bool = False) -> None:
         self.module, self.fn, self.index, self.thunk, self.schedule = module, fn, index, thunk, schedule
         self.lanes = lanes  # f32 lanes per vector register (16 on AVX-512)
         self.b = builder or ir.IRBuilder(fn.append_basic_block("entry"))
@@ -94,6 +98,10 @@ class EmitContext:
         # The scratch of the thread that owns this thunk's intermediates: `scratch` itself at top
         # level, the parent's `shared` inside a parallel body (where `scratch` is per-thread).
         self.shared = self.scratch if shared is None else shared
+        # `fields`: a shared body (`ir_emit.shared`): `arena` points at a table of buffer pointers
+        # and arena offsets are virtual, `k·FIELD_STRIDE + byte` = byte `byte` past table[k].
+        self.fields = fields
+        self._field_ptrs: dict[int, ir.Value] = {}
         self._declare = declare
         self._outlined = 0
         self.paths: set[str] = set()  # "llvm"/"blas" as the emitted code actually turned out
@@ -112,6 +120,8 @@ class EmitContext:
              ) -> ir.Value:
         """Pointer to byte `offset + index·itemsize` of the arena (or of `base`, e.g. `ctx.scratch`)."""
         b = self.b
+        if base is None and self.fields:
+            base, offset = self._field(offset)
         base = self.arena if base is None else base
         if isinstance(index, int):
             return b.gep(base, [I64(offset + index * itemsize)], source_etype=I8, inbounds=True)
@@ -119,6 +129,18 @@ class EmitContext:
         if offset:
             byte = b.add(byte, I64(offset), flags=("nuw", "nsw"))
         return b.gep(base, [byte], source_etype=I8, inbounds=True)
+
+    def _field(self, offset: int) -> tuple[ir.Value, int]:
+        """(buffer pointer, byte offset in it) of a virtual arena offset; the table entry is
+        loaded once, in the entry block (invariant: the table never changes)."""
+        k, byte = divmod(offset, FIELD_STRIDE)
+        if k not in self._field_ptrs:
+            with self.b.goto_entry_block():
+                slot = self.b.gep(self.arena, [I64(8 * k)], source_etype=I8, inbounds=True)
+                ptr = self.b.load(slot, typ=PTR, align=8)
+                ptr.set_metadata("invariant.load", self.module.add_metadata([]))
+            self._field_ptrs[k] = ptr
+        return self._field_ptrs[k], byte
 
     def load(self, offset: int, ty: ir.Type, index: "ir.Value | int", width: int = 1,
              base: ir.Value | None = None) -> ir.Value:

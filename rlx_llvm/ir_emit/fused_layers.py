@@ -200,7 +200,7 @@ def _residual_ln(ctx: EmitContext, rows: int, h: int, x: int, res: int, res_in_s
 
 # ── the thunks ───────────────────────────────────────────────────────────────
 
-@lowering("FusedAttnBlock", path="blas", check=check_attn_block)
+@lowering("FusedAttnBlock", path="blas", check=check_attn_block, shared_body=True)
 def fused_attn_block(ctx: EmitContext, t) -> None:
     """`out = MHA(hidden·qkv_w (+ qkv_b))·out_w (+ out_b)`."""
     m, hs = t.batch * t.seq, t.hs
@@ -230,7 +230,7 @@ def fused_attn_block(ctx: EmitContext, t) -> None:
     gemm(ctx, FortranArgs(ctx), "s", m, t.out_dim, hs, a_op, ArenaRef(t.out_w), ArenaRef(t.out), epilogue=epi)
 
 
-@lowering("FusedBertLayer", path="blas", check=check_bert_layer)
+@lowering("FusedBertLayer", path="blas", check=check_bert_layer, shared_body=True)
 def fused_bert_layer(ctx: EmitContext, t) -> None:
     """Post-LN BERT layer (semantics.md §3.4), every step an existing emitter on scratch."""
     m, hs, inter = t.batch * t.seq, t.hs, t.int_dim
@@ -250,7 +250,7 @@ def fused_bert_layer(ctx: EmitContext, t) -> None:
     _residual_ln(ctx, m, hs, y, n1, True, t.fc2_b, t.ln2_g, t.ln2_b, t.eps2, t.out, False)
 
 
-@lowering("FusedNomicLayer", path="blas", check=check_nomic_layer)
+@lowering("FusedNomicLayer", path="blas", check=check_nomic_layer, shared_body=True)
 def fused_nomic_layer(ctx: EmitContext, t) -> None:
     """Nomic layer (semantics.md §3.4): RoPE attention, residual + LN, SwiGLU FFN, residual + LN."""
     m, hs, inter = t.batch * t.seq, t.hs, t.int_dim

@@ -100,7 +100,7 @@ def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int)
     start = ob.mul(c, chunk)
     stop = ob.select(ob.icmp_signed("<", ob.add(start, chunk), I64(n)), ob.add(start, chunk), I64(n))
     sub = EmitContext(ctx.module, outlined, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx._declare,
-                      arena=arena, scratch=scratch, builder=ob, shared=shared)
+                      arena=arena, scratch=scratch, builder=ob, shared=shared, fields=ctx.fields)
     ob.cbranch(ob.icmp_signed("<", start, I64(n)), run, done)
     ob.position_at_end(run)
     body(sub, start, stop)

@@ -1,0 +1,44 @@
+"""Shared bodies: thunks that differ only in where their buffers sit compile to one function.
+
+A transformer stacks N identical layers; emitting, optimizing and code-generating N copies of the
+same FusedBertLayer costs N times the compile time for nothing.  For a lowering registered with
+`shared_body=True`, the thunk is first rewritten to a *canonical* thunk whose buffer fields hold
+virtual offsets — buffer k (numbered by first appearance, equal offsets sharing a number, so
+aliasing is kept) at `k·FIELD_STRIDE + offset % 64`; 0 and `usize::MAX` (absent buffers) stay —
+and the emitter runs once per distinct canonical thunk, into `t<i>_<kind>.body(ptr fields,
+ptr scratch)`.  `EmitContext.addr` maps a virtual offset to `fields[k] + byte`.  Each thunk's own
+function `t<i>_<kind>(arena, scratch)` just fills the table (`fields[0]` = the arena, `fields[k]`
+= `arena + offset_k − offset_k % 64`) and calls the body.  Keeping `offset % 64` keeps every
+alignment fact an emitter may derive from an offset (element alignment, 64-byte lines).
+"""
+from __future__ import annotations
+
+import dataclasses
+from itertools import chain
+
+from ..thunks.base import USIZE_MAX, Thunk
+from .core import FIELD_STRIDE
+
+LINE = 64
+
+
+def buffer_fields(thunk: Thunk) -> list[str]:
+    """The thunk's offset fields, in declaration order (those its read/write extents name)."""
+    named = {e.field for e in chain(thunk._reads(), thunk._writes())}
+    return [f.name for f in dataclasses.fields(thunk) if f.name in named]
+
+
+def canonical(thunk: Thunk) -> tuple[Thunk, list[int]]:
+    """The canonical thunk and the real offset of each virtual buffer (index k - 1 for buffer k)."""
+    numbers: dict[int, int] = {}
+    bases: list[int] = []
+    changes = {}
+    for name in buffer_fields(thunk):
+        offset = getattr(thunk, name)
+        if offset in (0, USIZE_MAX):
+            continue
+        if offset not in numbers:
+            bases.append(offset - offset % LINE)
+            numbers[offset] = len(bases)
+        changes[name] = numbers[offset] * FIELD_STRIDE + offset % LINE
+    return dataclasses.replace(thunk, **changes), bases

@@ -1,0 +1,85 @@
+"""Shared bodies (rlx_llvm.ir_emit.shared): thunks that differ only in buffer offsets call one
+compiled body, and still compute exactly what each would compute alone."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+import rlx_llvm as rl
+from rlx_llvm import reference as ref
+from rlx_llvm import thunks as T
+from rlx_llvm.ir_emit.core import FIELD_STRIDE
+from rlx_llvm.ir_emit.shared import buffer_fields, canonical
+from rlx_llvm.ops import MaskKind
+from rlx_llvm.thunks.base import USIZE_MAX
+from tests.ir_emit.test_fused_layers import bert_inputs
+from tests.ir_emit.test_norms import SENTINEL, Suite
+
+
+def _block(**offsets) -> T.FusedAttnBlock:
+    base = dict(hidden=128, qkv_w=4096, out_w=8192, mask=0, out=12288, qkv_b=16384, out_b=0, cos=0, sin=0)
+    return T.FusedAttnBlock(**{**base, **offsets}, mask_kind=MaskKind.None_, cos_len=0, batch=1, seq=4, hs=8,
+                            nh=2, dh=4, in_dim=8, out_dim=8, has_bias=True, has_rope=False, interleaved=False)
+
+
+def test_canonical_form_keeps_aliasing_alignment_and_absent_buffers():
+    t = _block(qkv_w=4100, out_w=128, out_b=USIZE_MAX)
+    form, bases = canonical(t)
+    assert form.hidden == form.out_w == FIELD_STRIDE            # equal offsets stay equal (aliasing kept)
+    assert form.qkv_w == 2 * FIELD_STRIDE + 4 and bases[1] == 4096  # the offset within a line is kept
+    assert form.mask == form.cos == 0 and form.out_b == USIZE_MAX   # absent buffers keep their meaning
+    assert [getattr(t, f) for f in ("batch", "hs", "dh")] == [getattr(form, f) for f in ("batch", "hs", "dh")]
+    moved = _block(hidden=64 * 1000, qkv_w=64 * 2000 + 4, out_w=64 * 1000, out_b=USIZE_MAX)
+    assert repr(canonical(moved)[0]) == repr(form)                # same shape elsewhere: same body
+    assert repr(canonical(_block(qkv_w=4104, out_w=128, out_b=USIZE_MAX))[0]) != repr(form)
+    assert "qkv_w" in buffer_fields(t) and "batch" not in buffer_fields(t)
+
+
+def _layer_at(s: Suite, shift: int, **shape) -> tuple[T.FusedBertLayer, int]:
+    """A BERT layer whose every buffer starts `shift` bytes past a 64-byte line."""
+    t = T.FusedBertLayer(out=0, **bert_inputs(s, **shape))
+    moved = {}
+    for name in buffer_fields(t):
+        if name == "out":
+            continue
+        n = t.reads()[[e.field for e in t.reads()].index(name)].nbytes
+        at = s.slot(n + shift) + shift
+        moved[name] = at
+        s.inputs.append((at, s.inputs[[o for o, _ in s.inputs].index(getattr(t, name))][1]))
+    out_bytes = 4 * shape["batch"] * shape["seq"] * shape["hs"]
+    out = s.slot(out_bytes + shift) + shift
+    return dataclasses.replace(t, **moved, out=out), out
+
+
+def test_identical_layers_share_one_body_and_each_matches_the_reference():
+    s = Suite(7)
+    shape = dict(batch=2, seq=5, hs=32, nh=4, inter=64)
+    layers = [_layer_at(s, 0, **shape), _layer_at(s, 0, **shape), _layer_at(s, 4, **shape),
+              _layer_at(s, 0, **{**shape, "seq": 3})]
+    sched = rl.ThunkSchedule([t for t, _ in layers], arena_bytes=s.top)
+    prog = rl.compile(sched, cache=False)
+    bodies = [r.body for r in prog.report()]
+    assert bodies[0] == bodies[1] == "t0_fused_bert_layer.body"
+    assert len(set(bodies)) == 3  # the misaligned copy and the other shape get their own
+    assert len(re.findall(r"^define .*\.body\"?\(", prog.llvm_ir(), re.M)) == 3
+    assert "define" in prog.llvm_ir(thunk=1) and "@\"t0_fused_bert_layer.body\"(" in prog.llvm_ir(thunk=1)
+    assert "t0_fused_bert_layer.body:" in prog.asm(thunk=1)
+
+    arena = rl.Arena(s.top)
+    arena.fill(SENTINEL)
+    for at, values in s.inputs:
+        arena.write(at, values)
+    want = rl.Arena.from_bytes(arena.bytes)
+    prog.run(arena)
+    ref.run(sched, want)
+    for (t, out), shp in zip(layers, [shape, shape, shape, {**shape, "seq": 3}]):
+        n = shp["batch"] * shp["seq"] * shp["hs"]
+        np.testing.assert_allclose(arena.read(out, "f32", n), want.read(out, "f32", n), rtol=2e-4, atol=2e-4)
+    outputs = {e.offset for t, _ in layers for e in t.writes()}
+    untouched = np.ones(s.top, bool)
+    for t, _ in layers:
+        for e in t.writes():
+            untouched[e.offset:e.offset + e.nbytes] = False
+    assert outputs and (arena.bytes[untouched] == want.bytes[untouched]).all()  # nothing else written
