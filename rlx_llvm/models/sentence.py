@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,7 @@ class SentenceEncoder:
         self._arena: Arena | None = None
         self._compiled: dict[tuple[int, int], _Compiled] = {}
         self.last_compile_ms = 0.0
+        self._lock = threading.Lock()  # one arena: calls from several threads take turns
 
     @property
     def dim(self) -> int:
@@ -127,16 +129,21 @@ class SentenceEncoder:
         batch, seq = ids.shape
         if (ids < 0).any() or (ids >= self.config.vocab_size).any():
             raise ValueError(f"token ids must be in 0..{self.config.vocab_size - 1}")
-        compiled = self.compiled(batch, seq)
-        arena, s = self._arena, compiled.slots
-        arena.view(s["ids"], "i64", ids.shape)[:] = ids
-        arena.view(s["type_ids"], "i64", ids.shape)[:] = 0 if type_ids is None else type_ids
-        arena.view(s["mask"], "f32", ids.shape)[:] = mask
-        compiled.program.run(arena)
-        return arena.read(s["embeddings"], "f32", (batch, self.dim))
+        with self._lock:
+            compiled = self._compiled_locked(batch, seq)
+            arena, s = self._arena, compiled.slots
+            arena.view(s["ids"], "i64", ids.shape)[:] = ids
+            arena.view(s["type_ids"], "i64", ids.shape)[:] = 0 if type_ids is None else type_ids
+            arena.view(s["mask"], "f32", ids.shape)[:] = mask
+            compiled.program.run(arena)
+            return arena.read(s["embeddings"], "f32", (batch, self.dim))
 
     def compiled(self, batch: int, seq: int) -> _Compiled:
         """The Program for this shape, compiled (or loaded from the object cache) on first use."""
+        with self._lock:
+            return self._compiled_locked(batch, seq)
+
+    def _compiled_locked(self, batch: int, seq: int) -> _Compiled:
         key = (batch, seq)
         if key not in self._compiled:
             from ..program import compile

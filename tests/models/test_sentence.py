@@ -63,6 +63,16 @@ def test_one_sentence_alone_equals_it_in_a_padded_batch(minilm):
     np.testing.assert_allclose(padded[0], batch[1], atol=1e-5)
 
 
+def test_threads_may_share_one_encoder(minilm):
+    from concurrent.futures import ThreadPoolExecutor
+    texts = GOLDEN["sentences"][:4]
+    want = minilm.embed(texts)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: minilm.embed(texts), range(8)))
+    for g in got:
+        np.testing.assert_array_equal(g, want)
+
+
 def test_tokenize_pads_truncates_and_keeps_sep(minilm):
     ids, mask = minilm.tokenize(["hello world", "a " * 400], max_length=16, pad_to=8)
     assert ids.shape == mask.shape == (2, 16) and ids.dtype == np.int64 and mask.dtype == np.float32
