@@ -127,8 +127,15 @@ class SentenceEncoder:
         if ids.ndim != 2:
             raise ValueError(f"ids must be [batch, seq], got shape {ids.shape}")
         batch, seq = ids.shape
-        if (ids < 0).any() or (ids >= self.config.vocab_size).any():
-            raise ValueError(f"token ids must be in 0..{self.config.vocab_size - 1}")
+        _check_range("token ids", ids, self.config.vocab_size)
+        mask = np.asarray(mask, np.float32)
+        if mask.shape != ids.shape:
+            raise ValueError(f"mask has shape {mask.shape}; it must match ids {ids.shape}")
+        if type_ids is not None:
+            type_ids = np.asarray(type_ids, np.int64)
+            if type_ids.shape != ids.shape:
+                raise ValueError(f"type_ids has shape {type_ids.shape}; it must match ids {ids.shape}")
+            _check_range("type_ids", type_ids, self.config.type_vocab_size)
         with self._lock:
             compiled = self._compiled_locked(batch, seq)
             arena, s = self._arena, compiled.slots
@@ -166,6 +173,11 @@ class SentenceEncoder:
         else:
             arena.bytes[:self.weights.top] = self._arena.bytes[:self.weights.top]
         self._arena = arena
+
+
+def _check_range(what: str, values: np.ndarray, size: int) -> None:
+    if values.size and (values.min() < 0 or values.max() >= size):
+        raise ValueError(f"{what} must be in 0..{size - 1}, got {values.min()}..{values.max()}")
 
 
 def _padded(rows: list[list[int]], seq: int) -> tuple[np.ndarray, np.ndarray]:

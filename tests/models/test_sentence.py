@@ -88,6 +88,12 @@ def test_embed_of_nothing_and_bad_tokens(minilm):
         minilm.embed_tokens(np.array([[101, 40000]]), np.ones((1, 2)))
     with pytest.raises(ValueError, match="batch, seq"):
         minilm.embed_tokens(np.array([101, 102]), np.ones(2))
+    with pytest.raises(ValueError, match="mask has shape"):
+        minilm.embed_tokens(np.array([[101, 102]] * 2), np.ones((1, 2)))
+    with pytest.raises(ValueError, match="type_ids must be in 0..1"):
+        minilm.embed_tokens(np.array([[101, 102]]), np.ones((1, 2)), type_ids=np.array([[0, 2]]))
+    with pytest.raises(ValueError, match="position table"):
+        minilm.embed_tokens(np.full((1, 513), 101), np.ones((1, 513)))
 
 
 def test_minilm_pipeline_is_mean_then_normalize(minilm):
