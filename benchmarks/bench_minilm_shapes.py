@@ -1,0 +1,102 @@
+"""MiniLM-L6 at the small shapes interactive use sees (1×8 … 8×64 tokens): rlx-llvm against ONNX
+Runtime running the same model (HF BertModel + mean pooling + L2 normalize, exported with dynamic
+batch and sequence axes), at one thread count per run.
+
+    cd /work/main && PYTHONPATH=. python benchmarks/bench_minilm_shapes.py --threads 1
+    cd /work/main && PYTHONPATH=. python benchmarks/bench_minilm_shapes.py --threads 2
+
+Each shape: both implementations checked against each other (cosine), then timed as the median
+of 30 calls, each preceded by one untimed call (so the other pool has gone idle).  Needs torch,
+transformers and onnxruntime besides the models extra.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+SHAPES = [(1, 8), (1, 16), (4, 32), (1, 64), (8, 64)]
+
+
+def export(torch, path: str) -> bytes:
+    """The reference pipeline as ONNX, batch and sequence dynamic."""
+    from transformers import AutoModel
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bert = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+
+    class Embed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids, mask, types):
+            tok = self.bert(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+            m = mask.unsqueeze(-1).to(tok.dtype)
+            return torch.nn.functional.normalize((tok * m).sum(1) / m.sum(1).clamp(min=1e-9), p=2.0, dim=1)
+
+    ids, buf = torch.ones((2, 8), dtype=torch.int64), io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Embed().eval(), (ids, ids, torch.zeros_like(ids)), buf, dynamo=False,
+                          input_names=["ids", "mask", "types"], output_names=["embedding"], opset_version=17,
+                          dynamic_axes={k: {0: "batch", 1: "seq"} for k in ("ids", "mask", "types")})
+    return buf.getvalue()
+
+
+def median_ms(fn, rounds: int = 30) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(rounds):
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    common.pin_threads(args.threads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    import rlx_llvm as rl
+    from rlx_llvm.models import load_minilm
+    rl.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    enc = load_minilm()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = args.threads, 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(export(torch, str(enc.path)), so, providers=["CPUExecutionProvider"])
+    print(f"machine: {common.cpu_model()} ({common.cpu_name()}), {common.cores()}, load {common.load_average()}; "
+          f"{args.threads} thread(s); onnxruntime {ort.__version__}")
+    print(f"{'shape':>8}  {'rlx-llvm ms':>11}  {'ORT ms':>7}  {'rlx/ORT':>7}  {'min cos':>8}")
+    rng = np.random.default_rng(0)
+    for b, s in SHAPES:
+        ids = rng.integers(1000, 20000, (b, s))
+        mask = np.ones((b, s), np.float32)
+        feed = {"ids": ids, "mask": mask.astype(np.int64), "types": np.zeros_like(ids)}
+        ours, theirs = enc.embed_tokens(ids, mask), sess.run(None, feed)[0]
+        cos = float(np.min((ours * theirs).sum(1)))
+        if cos < 0.9999:
+            raise SystemExit(f"{b}x{s}: rlx-llvm and ORT disagree (cosine {cos})")
+        t_ours = median_ms(lambda: enc.embed_tokens(ids, mask))
+        t_ort = median_ms(lambda: sess.run(None, feed))
+        print(f"{b:>3}×{s:<4}  {t_ours:11.2f}  {t_ort:7.2f}  {t_ours / t_ort:7.2f}  {cos:8.6f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
