@@ -522,10 +522,150 @@ def _trig_reduce(b, x):
     qi = b.fptosi(q, _ivec(x, I32))
     if not f.is64:
         r = b.fptrunc(r, x.type)
-    # beyond |x| ≈ 1e13 the reduction is no longer exact: keep r bounded (results stay in [−1, 1])
+    # f64 beyond |x| ≈ 1e13 is no longer exact: keep r bounded (results stay in [−1, 1])
     lim = math.pi / 4 * 1.01
     r = clamp_nan_keep(b, r, -lim, lim)
+    if not f.is64:
+        r, qi = _huge_f32_lanes(b, x, r, qi)
     return r, qi
+
+
+# ── Payne–Hanek reduction for large f32 arguments ───────────────────────────
+#
+# |x| = m·2^e (m the 24-bit significand).  x·2/π mod 4 only needs the bits b_i of 2/π with
+# i ≥ e − 1 (earlier ones give multiples of 4): with W the 96 bits from b_{e−1}, the product
+# P = m·W (three 32×24-bit partial products in i64) holds the quadrant in bits 94–95 and the
+# fraction in bits 0–93.  Exact for every finite f32; lanes with |x| ≥ HUGE_F32 take it, in a
+# cold block entered only when some lane needs it (one scalar pass over the lanes).
+
+HUGE_F32 = 2.0 ** 30
+_TWO_OVER_PI_PAD = 2  # zero words before the first bit of 2/π (windows that start left of it)
+
+
+def _two_over_pi_words(n_words: int) -> list[int]:
+    """2/π as 32-bit words of its binary fraction (word 0 = bits 1…32), exact integer arithmetic."""
+    bits = 32 * n_words + 64
+    one = 1 << bits
+    def atan_inv(k: int) -> int:  # atan(1/k)·2^bits by its Taylor series
+        total, term, n = 0, one // k, 0
+        while term:
+            total += term // (2 * n + 1) * (-1) ** n
+            term //= k * k
+            n += 1
+        return total
+    pi = 16 * atan_inv(5) - 4 * atan_inv(239)          # Machin's formula
+    frac = (2 * one * one // pi) >> 64                  # 2/π · 2^(32·n_words) (2/π < 1)
+    return [(frac >> (32 * (n_words - 1 - j))) & 0xFFFFFFFF for j in range(n_words)]
+
+
+TWO_OVER_PI_WORDS = _two_over_pi_words(10)
+
+
+def _two_over_pi_table(b) -> ir.GlobalVariable:
+    module = b.block.function.module
+    name = "rlx.two_over_pi"
+    g = module.globals.get(name)
+    if g is None:
+        words = [0] * _TWO_OVER_PI_PAD + TWO_OVER_PI_WORDS
+        ty = ir.ArrayType(I32, len(words))
+        g = ir.GlobalVariable(module, ty, name=name)
+        g.initializer = ir.Constant(ty, [I32(w) for w in words])
+        g.global_constant = True
+        g.linkage = "internal"
+    return g
+
+
+def _payne_hanek_f32(b, x):
+    """(r, q) for one finite f32 lane: |x| = q·π/2 + r (mod 2π), |r| ≤ π/4, then x's sign."""
+    table = _two_over_pi_table(b)
+    u64 = lambda v: ir.Constant(I64, v)  # noqa: E731
+    bits = b.and_(b.bitcast(x, I32), I32(0x7FFFFFFF))
+    m = b.zext(b.or_(b.and_(bits, I32(0x7FFFFF)), I32(0x800000)), I64)
+    e = b.sub(b.zext(b.lshr(bits, I32(23)), I64), u64(150))
+    # window start: bit b_{e−1} of 2/π is bit (e − 1) + 63 of the padded table (clamped: safe loads)
+    k0 = b.add(e, u64(62))
+    k0 = b.select(b.icmp_signed("<", k0, u64(0)), u64(0), k0)
+    k0 = b.select(b.icmp_signed(">", k0, u64(32 * 6)), u64(32 * 6), k0)
+    j, sh = b.lshr(k0, u64(5)), b.and_(k0, u64(31))
+
+    def word(i):
+        at = b.gep(table, [I32(0), b.add(j, u64(i))], inbounds=True)
+        return b.zext(b.load(at, typ=I32), I64)
+    w = [word(i) for i in range(4)]
+
+    def window(i):  # 32 bits of the window from word j + i on
+        pair = b.or_(b.shl(w[i], u64(32)), w[i + 1])
+        return b.lshr(b.shl(pair, sh), u64(32))
+    w2, w1, w0 = window(0), window(1), window(2)
+    lo = b.mul(m, w0)
+    mid = b.add(b.mul(m, w1), b.lshr(lo, u64(32)))
+    hi = b.add(b.mul(m, w2), b.lshr(mid, u64(32)))
+    q = b.and_(b.lshr(hi, u64(30)), u64(3))
+    fhi = b.or_(b.shl(b.and_(hi, u64(0x3FFFFFFF)), u64(32)), b.and_(mid, u64(0xFFFFFFFF)))
+    flo = b.and_(lo, u64(0xFFFFFFFF))
+    f = b.fadd(b.fmul(b.uitofp(fhi, F64), ir.Constant(F64, 2.0 ** -62)),
+               b.fmul(b.uitofp(flo, F64), ir.Constant(F64, 2.0 ** -94)))
+    up = b.fcmp_ordered(">=", f, ir.Constant(F64, 0.5))  # fold into (−½, ½]: the next quadrant
+    f = b.select(up, b.fsub(f, ir.Constant(F64, 1.0)), f)
+    q = b.and_(b.select(up, b.add(q, u64(1)), q), u64(3))
+    r = b.fptrunc(b.fmul(f, ir.Constant(F64, math.pi / 2)), F32)
+    neg = b.icmp_signed("<", b.bitcast(x, I32), I32(0))  # −x = (−q)·π/2 + (−r)
+    r = b.select(neg, b.fneg(r), r)
+    q = b.select(neg, b.and_(b.sub(u64(4), q), u64(3)), q)
+    return r, b.trunc(q, I32)
+
+
+def _huge_f32_lanes(b, x, r, qi):
+    """Replace (r, q) by the Payne–Hanek reduction in lanes with HUGE_F32 ≤ |x| < ∞: a cold
+    block, entered when any lane needs it, loops over the lanes through stack copies (one copy
+    of the scalar code, whatever the width)."""
+    lanes = width(x)
+    if lanes == 1:
+        before = b.block
+        with b.if_then(_is_huge(b, x), likely=False):
+            pr, pq = _payne_hanek_f32(b, x)
+            then = b.block
+        return _phi(b, r, pr, before, then), _phi(b, qi, pq, before, then)
+    with b.goto_entry_block():  # vector-typed slots: aligned for the whole-vector store and load
+        slots = [b.alloca(v.type) for v in (x, r, qi)]
+    before = b.block
+    with b.if_then(intrinsic(b, "vector.reduce.or", [_is_huge(b, x)], ret=I1), likely=False):
+        for slot, v in zip(slots, (x, r, qi)):
+            b.store(v, slot)
+        entry = b.block
+        head, body, done = (b.function.append_basic_block(f"ph.{n}") for n in ("lane", "body", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        lane = b.phi(I32)
+        lane.add_incoming(I32(0), entry)
+        b.cbranch(b.icmp_unsigned("<", lane, I32(lanes)), body, done)
+        b.position_at_end(body)
+        at = [b.gep(b.bitcast(slot, ir.ArrayType(t, lanes).as_pointer()), [I32(0), lane], inbounds=True)
+              for slot, t in zip(slots, (F32, F32, I32))]
+        xl = b.load(at[0], typ=F32)
+        with b.if_then(_is_huge(b, xl), likely=False):
+            pr, pq = _payne_hanek_f32(b, xl)
+            b.store(pr, at[1])
+            b.store(pq, at[2])
+        lane.add_incoming(b.add(lane, I32(1)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        r2, q2 = b.load(slots[1]), b.load(slots[2])
+        then = b.block
+    return _phi(b, r, r2, before, then), _phi(b, qi, q2, before, then)
+
+
+def _is_huge(b, x):
+    ax = fabs(b, x)
+    return b.and_(b.fcmp_ordered(">=", ax, splat(x, HUGE_F32)), b.fcmp_ordered("<", ax, splat(x, math.inf)))
+
+
+def _phi(b, skipped, taken, before, then):
+    """The value after an `if_then`: `skipped` when the branch was not taken, `taken` from `then`."""
+    v = b.phi(skipped.type)
+    v.add_incoming(skipped, before)
+    v.add_incoming(taken, then)
+    return v
 
 
 def _sin_poly(b, r, z):
