@@ -73,5 +73,8 @@ def examples() -> list[tuple[object, int]]:
         T.Gather(table=a, table_len=N, idx=b, dst=c, num_idx=6, trailing=4, idx_i64=0, table_bytes=4),
         T.ScatterAdd(updates=a, indices=b, dst=c, num_updates=6, out_dim=5, trailing=4),
         T.Narrow(src=a, dst=b, outer=4, src_stride=10, dst_stride=6, inner=6, elem_bytes=4),
+        T.ReluBackward(x=a, dy=b, dx=c, len=N), T.ReluBackwardF64(x=a, dy=b, dx=c, len=N),
+        T.ActivationBackward(x=a, dy=b, dx=c, len=N, kind=Activation.Gelu),
+        T.ActivationBackwardF64(x=a, dy=b, dx=c, len=N, kind=Activation.Tanh),
     ]
     return [(t, 6 * SLOT) for t in out]
