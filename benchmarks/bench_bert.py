@@ -393,8 +393,9 @@ def minilm_cases(np, peers: "Peers") -> list[Case]:
     return cases
 
 
-def export_minilm(torch, path: str, feats) -> dict:
-    """HF BertModel + masked mean pooling + L2 normalize as one ONNX graph (dynamic batch)."""
+def export_minilm(torch, path: str, feats, dynamic_seq: bool = False) -> dict:
+    """HF BertModel + masked mean pooling + L2 normalize as one ONNX graph (dynamic batch, and
+    dynamic sequence length with `dynamic_seq`)."""
     from transformers import AutoModel
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -417,7 +418,8 @@ def export_minilm(torch, path: str, feats) -> dict:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(Embed().eval(), args, buf, dynamo=False, input_names=names, output_names=["embedding"],
-                          opset_version=17, dynamic_axes={**{n: {0: "batch"} for n in names}, "embedding": {0: "batch"}})
+                          opset_version=17, dynamic_axes={**{n: {0: "batch", **({1: "seq"} if dynamic_seq else {})}
+                                                             for n in names}, "embedding": {0: "batch"}})
     return {"plain": buf.getvalue(), "names": names}
 
 

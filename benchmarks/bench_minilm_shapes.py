@@ -12,42 +12,15 @@ transformers and onnxruntime besides the models extra.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import sys
 import time
-import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from bench_bert import export_minilm  # noqa: E402
 
 SHAPES = [(1, 8), (1, 16), (4, 32), (1, 64), (8, 64)]
-
-
-def export(torch, path: str) -> bytes:
-    """The reference pipeline as ONNX, batch and sequence dynamic."""
-    from transformers import AutoModel
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        bert = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
-
-    class Embed(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, ids, mask, types):
-            tok = self.bert(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
-            m = mask.unsqueeze(-1).to(tok.dtype)
-            return torch.nn.functional.normalize((tok * m).sum(1) / m.sum(1).clamp(min=1e-9), p=2.0, dim=1)
-
-    ids, buf = torch.ones((2, 8), dtype=torch.int64), io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(Embed().eval(), (ids, ids, torch.zeros_like(ids)), buf, dynamo=False,
-                          input_names=["ids", "mask", "types"], output_names=["embedding"], opset_version=17,
-                          dynamic_axes={k: {0: "batch", 1: "seq"} for k in ("ids", "mask", "types")})
-    return buf.getvalue()
 
 
 def median_ms(fn, rounds: int = 30) -> float:
@@ -79,7 +52,9 @@ def main() -> int:
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = args.threads, 1
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sess = ort.InferenceSession(export(torch, str(enc.path)), so, providers=["CPUExecutionProvider"])
+    example = {"input_ids": torch.ones((2, 8), dtype=torch.int64), "attention_mask": torch.ones((2, 8), dtype=torch.int64)}
+    model = export_minilm(torch, str(enc.path), example, dynamic_seq=True)
+    sess = ort.InferenceSession(model["plain"], so, providers=["CPUExecutionProvider"])
     print(f"machine: {common.cpu_model()} ({common.cpu_name()}), {common.cores()}, load {common.load_average()}; "
           f"{args.threads} thread(s); onnxruntime {ort.__version__}")
     print(f"{'shape':>8}  {'rlx-llvm ms':>11}  {'ORT ms':>7}  {'rlx/ORT':>7}  {'min cos':>8}")
@@ -87,7 +62,7 @@ def main() -> int:
     for b, s in SHAPES:
         ids = rng.integers(1000, 20000, (b, s))
         mask = np.ones((b, s), np.float32)
-        feed = {"ids": ids, "mask": mask.astype(np.int64), "types": np.zeros_like(ids)}
+        feed = {"input_ids": ids, "attention_mask": mask.astype(np.int64), "token_type_ids": np.zeros_like(ids)}
         ours, theirs = enc.embed_tokens(ids, mask), sess.run(None, feed)[0]
         cos = float(np.min((ours * theirs).sum(1)))
         if cos < 0.9999:
