@@ -5,7 +5,7 @@ Importing this package imports every family module, which fills `registry.LOWERI
 
 import importlib
 
-FAMILIES = ("nop", "region", "elementwise", "casts", "movement", "indexing", "norms", "reductions", "losses", "gemm", "linalg", "attention", "fused_layers", "backward", "conv")
+FAMILIES = ("nop", "region", "elementwise", "casts", "movement", "indexing", "norms", "reductions", "losses", "gemm", "linalg", "attention", "fused_layers", "backward", "conv", "norms_backward")
 
 
 def load_all() -> None:
