@@ -24,7 +24,8 @@ Cases
 Each thread count runs in its own worker process (thread pools read their size when they load), which
 pins every peer to that many threads (and the process to that many CPUs when the machine has more:
 XLA runs independent ops concurrently whatever its thread flags say) and times all implementations of a case interleaved (rounds
-rotate the order).  rlx-llvm failing a correctness check makes the run exit 1.
+rotate the order; each timed call follows one untimed call of the same implementation, so the previous
+peer's thread pool has gone idle).  rlx-llvm failing a correctness check makes the run exit 1.
 """
 from __future__ import annotations
 
