@@ -1,2 +1,488 @@
-"""Backward kernels of the norms, cumsum, gather and RoPE as native code (semantics.md §3.3, §3.12)."""
+"""Backward kernels of the norms, cumsum, gather and RoPE as native code (semantics.md §3.3, §3.12).
+
+* Row-norm input gradients (LayerNorm, RmsNorm): per row the forward's statistics (`norms.row_stats`,
+  LayerNorm's one-pass variance), one pass for `mean(g)` and `mean(g·x̂)` (g = dy·γ, x̂ recomputed),
+  then `dx = inv·(g − mean(g) − x̂·mean(g·x̂))` (RMS drops the `mean(g)` term).  Rows split across threads.
+* Gamma/beta gradients reduce over rows: the row statistics go to scratch first (rows split across
+  threads), then each W-column vector sums `dy·x̂` (or `dy`) down all rows in an f64 vector
+  accumulator — column vectors split across threads, so no sum is ever split.
+* CumsumBackward: the reverse running sum, a forward scan of each reversed W-vector from the end.
+* GatherBackward: zero `dst`, then ScatterAdd's slice add per in-range id (Gather's id rule).
+* RopeBackward: Rope's rotation by −θ (sin negated) with Rope's table rows and pairing.
+* GroupNorm backward: per (batch, group) block the forward's two-pass statistics; the block sums
+  and dγ/dβ go channel by channel (vectors over H·W; dγ/dβ in f64, channels split across threads).
+* BatchNormInference backward: per-channel α = γ/√(var + eps) (or inv) in scratch, then the rows;
+  dγ/dβ are the same f64 column sums as the row norms'.
+"""
 from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Callable
+
+from llvmlite import ir
+
+from ..ops import ScatterNdReduction
+from .attention import _rotate_pairs, check_rope, rope_per_token
+from .core import F32, F64, FASTMATH, I32, I64, EmitContext, vec, width_of
+from .indexing import guarded, row_id, scatter_slice
+from .movement import memset_zero
+from .norms import Stats, check_group_norm, normalized, row_loader, row_stats
+from .reductions import _broadcast_last, _shift_in
+from .registry import lowering
+from .rows import SUM, Index, carried_loop, fconst, iadd, imul, parallel_rows, reduce_row, splat, sqrt
+
+Load = Callable[[Index, int], ir.Value]   # (element j of the row, lanes) → f32 values
+
+
+def _f(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    return getattr(b, op)(x, y, flags=FASTMATH)
+
+
+# ── row-norm input gradients ────────────────────────────────────────────────
+
+def row_input_grad(ctx: EmitContext, n: int, x: Load, dy: Load, gamma: Load, dx: Callable[[Index, ir.Value], None],
+                   stats: Stats) -> None:
+    """One row (or block) of `n`: `dx(j, inv·(g − mean(g) − x̂·mean(g·x̂)))`, g = dy·γ, x̂ from the forward's
+    statistics (no `mean(g)` term for RMS)."""
+    b = ctx.b
+    count = ir.Constant(F32, float(n))
+    mean, inv = row_stats(ctx, n, x, stats)
+
+    def g(j: Index, w: int) -> ir.Value:
+        return _f(b, "fmul", dy(j, w), gamma(j, w))
+
+    def xh(j: Index, w: int) -> ir.Value:
+        return normalized(ctx, x(j, w), mean, inv)
+    if stats.center:
+        sg, sgx = reduce_row(ctx, n, lambda j, w: (g(j, w), _f(b, "fmul", g(j, w), xh(j, w))), [SUM, SUM])
+        mg = b.fdiv(sg, count)
+    else:
+        (sgx,) = reduce_row(ctx, n, lambda j, w: (_f(b, "fmul", g(j, w), xh(j, w)),), [SUM])
+    mgx = b.fdiv(sgx, count)
+
+    def out(j: Index, w: int) -> None:
+        v = g(j, w)
+        if stats.center:
+            v = _f(b, "fsub", v, splat(b, mg, w))
+        v = _f(b, "fsub", v, _f(b, "fmul", xh(j, w), splat(b, mgx, w)))
+        dx(j, _f(b, "fmul", v, splat(b, inv, w)))
+    ctx.vector_loop(n, out, name="dx")
+
+
+def _input_grad(ctx: EmitContext, t, center: bool) -> None:
+    """LayerNorm / RmsNorm input gradient, rows split across threads."""
+    h = t.h
+
+    def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="row") as r:
+            b = sub.b
+            base = imul(b, r, h)
+            row_input_grad(sub, h, row_loader(sub, base, (t.x,)), row_loader(sub, base, (t.dy,)),
+                           lambda j, w: sub.load(t.gamma, F32, j, w),
+                           lambda j, v: sub.store(t.dx, v, iadd(b, base, j)), Stats(center, False, t.eps))
+    if h:
+        parallel_rows(ctx, t.rows, 16 * h, body)
+
+
+@lowering("LayerNormBackwardInput", inplace=True)
+def layer_norm_backward_input(ctx: EmitContext, t) -> None:
+    """LayerNorm's input gradient; μ and the one-pass variance recomputed from `x`."""
+    _input_grad(ctx, t, center=True)
+
+
+@lowering("RmsNormBackwardInput", inplace=True)
+def rms_norm_backward_input(ctx: EmitContext, t) -> None:
+    """RmsNorm's input gradient `inv·(g − x̂·mean(g·x̂))` (β does not enter)."""
+    _input_grad(ctx, t, center=False)
+
+
+# ── gamma / beta: sums down the rows ────────────────────────────────────────
+
+Term = Callable[[EmitContext, ir.Value, Index, int], ir.Value]   # (ctx, row, column, lanes) → f32
+
+
+def _row_stats_to_scratch(ctx: EmitContext, t, center: bool) -> int:
+    """Scratch offset of `(μ, inv)` per row (μ = 0 for RMS), computed with the forward's statistics."""
+    table = ctx.scratch_alloc(8 * t.rows)
+    stats = Stats(center, False, t.eps)
+
+    def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="row") as r:
+            b = sub.b
+            mean, inv = row_stats(sub, t.h, row_loader(sub, imul(b, r, t.h), (t.x,)), stats)
+            at = imul(b, r, 2)
+            sub.store(table, ir.Constant(F32, 0.0) if mean is None else mean, at, base=sub.shared)
+            sub.store(table, inv, iadd(b, at, 1), base=sub.shared)
+    parallel_rows(ctx, t.rows, 4 * t.h, body)
+    return table
+
+
+def _column_sums(ctx: EmitContext, rows: int, h: int, out: int, term: Term) -> None:
+    """`out[j] = Σ_r term(r, j)`: per W-column vector, an f64 sum down the rows, rounded to f32 once."""
+    w = ctx.lanes
+
+    def column(sub: EmitContext, j: Index, lanes: int) -> None:
+        b = sub.b
+        zero = fconst(vec(F64, lanes), 0.0)
+        (acc,) = carried_loop(sub, 0, rows, 1, [zero],
+                              lambda r, a: [b.fadd(a[0], b.fpext(term(sub, r, j, lanes), vec(F64, lanes)))],
+                              name="down")
+        sub.store(out, b.fptrunc(acc, vec(F32, lanes)), j)
+
+    def vectors(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="colvec") as u:
+            column(sub, imul(sub.b, u, w), w)
+    parallel_rows(ctx, h // w, 8 * w * rows, vectors)
+    with ctx.for_range(h - h % w, h, name="col.tail") as j:
+        column(ctx, j, 1)
+
+
+def _stat(ctx: EmitContext, table: int, r: ir.Value, k: int) -> ir.Value:
+    """μ (k = 0) or inv (k = 1) of row `r`."""
+    return ctx.load(table, F32, iadd(ctx.b, imul(ctx.b, r, 2), k), base=ctx.shared)
+
+
+def _gamma_grad(ctx: EmitContext, t, center: bool) -> None:
+    """`dγ[j] = Σ_rows dy·x̂` with x̂ = (x − μ)·inv from the forward's statistics."""
+    if not t.h:
+        return
+    table = _row_stats_to_scratch(ctx, t, center)
+
+    def term(sub: EmitContext, r: ir.Value, j: Index, lanes: int) -> ir.Value:
+        b = sub.b
+        at = iadd(b, imul(b, r, t.h), j)
+        mean = _stat(sub, table, r, 0) if center else None
+        xh = normalized(sub, sub.load(t.x, F32, at, lanes), mean, _stat(sub, table, r, 1))
+        return _f(b, "fmul", sub.load(t.dy, F32, at, lanes), xh)
+    _column_sums(ctx, t.rows, t.h, t.dgamma, term)
+
+
+@lowering("LayerNormBackwardGamma")
+def layer_norm_backward_gamma(ctx: EmitContext, t) -> None:
+    """`dγ[j] = Σ_rows dy·x̂` (f64 sums; zeros when there are no rows)."""
+    _gamma_grad(ctx, t, center=True)
+
+
+@lowering("RmsNormBackwardGamma")
+def rms_norm_backward_gamma(ctx: EmitContext, t) -> None:
+    """`dγ[j] = Σ_rows dy·x·inv` (f64 sums)."""
+    _gamma_grad(ctx, t, center=False)
+
+
+@lowering("RmsNormBackwardBeta")
+def rms_norm_backward_beta(ctx: EmitContext, t) -> None:
+    """`dβ[j] = Σ_rows dy` (f64 sums)."""
+    if t.h:
+        _column_sums(ctx, t.rows, t.h, t.dbeta,
+                     lambda sub, r, j, lanes: sub.load(t.dy, F32, iadd(sub.b, imul(sub.b, r, t.h), j), lanes))
+
+
+# ── CumsumBackward ──────────────────────────────────────────────────────────
+
+def _reversed(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    w = width_of(v)
+    return b.shuffle_vector(v, ir.Constant(v.type, None), ir.Constant(vec(I32, w), [w - 1 - k for k in range(w)]))
+
+
+@lowering("CumsumBackward", inplace=True)
+def cumsum_backward(ctx: EmitContext, t) -> None:
+    """`dx[j] = Σ_{k ≥ j} dy[k]` (`k > j` when exclusive), f32 from the row's end: W-vectors taken
+    from the end are reversed, scanned in log₂W shifted adds, offset by the carried total, reversed back."""
+    cols = t.cols
+    if not (t.rows and cols):
+        return
+    w = ctx.lanes
+    blocks, lead = cols // w, cols % w
+
+    def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        b = sub.b
+        zero = fconst(vec(F32, w), 0.0)
+        with sub.for_range(start, stop, name="row") as r:
+            base = imul(b, r, cols)
+
+            def block(k: ir.Value, cur: list) -> list:
+                at = iadd(b, base, b.sub(I64(cols - w), b.mul(k, I64(w))))
+                p, d = _reversed(b, sub.load(t.dy, F32, at, w)), 1
+                while d < w:
+                    p = _f(b, "fadd", p, _shift_in(b, p, d, zero))
+                    d *= 2
+                y = _f(b, "fadd", cur[0], _shift_in(b, p, 1, zero) if t.exclusive else p)
+                sub.store(t.dx, _reversed(b, y), at)
+                return [_f(b, "fadd", cur[0], _broadcast_last(b, p))]
+            carry = ir.Constant(F32, 0.0)
+            if blocks:
+                (cv,) = carried_loop(sub, 0, blocks, 1, [zero], block, name="rscan")
+                carry = b.extract_element(cv, I32(0))
+
+            def head(i: ir.Value, cur: list) -> list:
+                at = iadd(b, base, b.sub(I64(lead - 1), i))
+                nxt = _f(b, "fadd", cur[0], sub.load(t.dy, F32, at))
+                sub.store(t.dx, cur[0] if t.exclusive else nxt, at)
+                return [nxt]
+            carried_loop(sub, 0, lead, 1, [carry], head, name="rscan.head")
+    parallel_rows(ctx, t.rows, 8 * cols, rows)
+
+
+# ── GatherBackward ──────────────────────────────────────────────────────────
+
+@lowering("GatherBackward")
+def gather_backward(ctx: EmitContext, t) -> None:
+    """`dst = 0; dst[o, row(idx[k]), :] += dy[o, k, :]` in k order; ids Gather skips (≥ axis_dim) are dropped."""
+    memset_zero(ctx, t.dst, 4 * t.outer * t.axis_dim * t.trailing)
+    if not (t.outer and t.num_idx and t.trailing and t.axis_dim):
+        return
+    b = ctx.b
+    with ctx.for_range(0, t.num_idx, name="k") as k:
+        r = row_id(ctx, t.indices, k, False)
+        with guarded(ctx, b.icmp_unsigned("<", r, I64(t.axis_dim))):
+            with ctx.for_range(0, t.outer, name="o") as o:
+                to = imul(b, iadd(b, imul(b, o, t.axis_dim), r), t.trailing)
+                frm = imul(b, iadd(b, imul(b, o, t.num_idx), k), t.trailing)
+                scatter_slice(ctx, t.dst, to, t.dy, frm, t.trailing, ScatterNdReduction.Add)
+
+
+# ── RopeBackward ────────────────────────────────────────────────────────────
+
+def as_rope(t) -> SimpleNamespace:
+    """The Rope whose transpose `t` is: dy → dx, contiguous rows, same tables, stride and pairing."""
+    return SimpleNamespace(src=t.dy, dst=t.dx, cos=t.cos, sin=t.sin, batch=t.batch, seq=t.seq, hidden=t.hidden,
+                           head_dim=t.head_dim, n_rot=t.n_rot, cos_len=t.cos_len, cos_row_stride=t.cos_row_stride,
+                           src_row_stride=t.hidden, interleaved=t.interleaved)
+
+
+def check_rope_backward(t) -> None:
+    """Rope's rules: `n_rot` even and ≤ head_dim, heads tile `hidden`, tables cover the positions."""
+    check_rope(as_rope(t))
+
+
+@lowering("RopeBackward", check=check_rope_backward, inplace=True)
+def rope_backward(ctx: EmitContext, t) -> None:
+    """Rotate every head's first `n_rot` dims by −θ: `dx0 = dy0·c + dy1·s`, `dx1 = dy1·c − dy0·s`; copy the rest."""
+    rows = t.batch * t.seq
+    if rows and t.hidden:
+        parallel_rows(ctx, rows, 8 * t.hidden, lambda sub, s, e: _rope_backward_rows(sub, as_rope(t), s, e))
+
+
+def _rope_backward_rows(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> None:
+    b = ctx.b
+    hd, r = t.head_dim, t.n_rot // 2
+    per_token = rope_per_token(t)
+    with ctx.for_range(start, stop, name="row") as row:
+        pos = row if per_token else b.urem(row, I64(t.seq))
+        tab = imul(b, pos, t.cos_row_stride)
+        with ctx.for_range(0, t.hidden // hd, name="head") as h:
+            at = iadd(b, imul(b, row, t.hidden), imul(b, h, hd))
+            if r:
+                (_pairs_back if t.interleaved else _halves_back)(ctx, t, r, at, tab)
+            if hd > t.n_rot:
+                ctx.vector_loop(hd - t.n_rot, lambda d, w: ctx.store(
+                    t.dst, ctx.load(t.src, F32, iadd(b, iadd(b, at, t.n_rot), d), w), iadd(b, iadd(b, at, t.n_rot), d)),
+                    name="pass")
+
+
+def _angles(ctx: EmitContext, t, tab: Index, i: Index, w: int) -> tuple[ir.Value, ir.Value]:
+    """`(c, −s)` of the pairs `i .. i + w`: the table row of the forward, sin negated."""
+    at = iadd(ctx.b, tab, i)
+    return ctx.load(t.cos, F32, at, w), ctx.b.fneg(ctx.load(t.sin, F32, at, w))
+
+
+def _halves_back(ctx: EmitContext, t, r: int, at: Index, tab: Index) -> None:
+    """NeoX transposed: the forward's `(x0c − x1s, x1c + x0s)` with s → −s."""
+    b = ctx.b
+
+    def body(i: ir.Value, w: int) -> None:
+        c, s = _angles(ctx, t, tab, i, w)
+        lo, hi = iadd(b, at, i), iadd(b, iadd(b, at, r), i)
+        x0, x1 = ctx.load(t.src, F32, lo, w), ctx.load(t.src, F32, hi, w)
+        ctx.store(t.dst, b.fsub(b.fmul(x0, c), b.fmul(x1, s)), lo)
+        ctx.store(t.dst, b.fadd(b.fmul(x1, c), b.fmul(x0, s)), hi)
+    ctx.vector_loop(r, body, name="rot")
+
+
+def _pairs_back(ctx: EmitContext, t, r: int, at: Index, tab: Index) -> None:
+    """GPT-J transposed: Rope's `_rotate_pairs` with s → −s."""
+    b = ctx.b
+
+    def body(i: ir.Value, w: int) -> None:
+        c, s = _angles(ctx, t, tab, i, w)
+        pair = iadd(b, at, imul(b, i, 2))
+        ctx.store(t.dst, _rotate_pairs(b, ctx.load(t.src, F32, pair, 2 * w), c, s, w), pair)
+    ctx.vector_loop(r, body, width=max(1, ctx.lanes // 2), name="rot")
+
+
+# ── BatchNormInference backward ([count, channels], statistics are inputs) ──
+
+def _channel_table(ctx: EmitContext, channels: int, value: Callable[[Index, int], ir.Value]) -> int:
+    """Scratch offset of `value(c)` for every channel, computed once before the rows."""
+    table = ctx.scratch_alloc(4 * channels)
+    ctx.vector_loop(channels, lambda c, w: ctx.store(table, value(c, w), c, base=ctx.scratch), name="chan")
+    return table
+
+
+def _inv_std(ctx: EmitContext, t) -> Callable[[Index, int], ir.Value]:
+    """`c ↦ 1/√(var[c] + eps)` (IEEE sqrt and divide)."""
+    def inv(c: Index, w: int) -> ir.Value:
+        b = ctx.b
+        v = b.fadd(ctx.load(t.var, F32, c, w), splat(b, ir.Constant(F32, t.eps), w))
+        return b.fdiv(splat(b, ir.Constant(F32, 1.0), w), sqrt(ctx, v))
+    return inv
+
+
+@lowering("BatchNormInferenceBackwardInput", inplace=True)
+def batch_norm_inference_backward_input(ctx: EmitContext, t) -> None:
+    """`dx[i, c] = α[c]·dy[i, c]`, α = γ/√(var + eps) precomputed per channel (PyTorch's eval-mode form)."""
+    ch = t.channels
+    if not (t.count and ch):
+        return
+    inv = _inv_std(ctx, t)
+    alpha = _channel_table(ctx, ch, lambda c, w: ctx.b.fmul(ctx.load(t.gamma, F32, c, w), inv(c, w)))
+
+    def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="row") as r:
+            b = sub.b
+            base = imul(b, r, ch)
+            sub.vector_loop(ch, lambda c, w: sub.store(t.dx, b.fmul(sub.load(alpha, F32, c, w, base=sub.shared),
+                                                                     sub.load(t.dy, F32, iadd(b, base, c), w)),
+                                                        iadd(b, base, c)), name="dx")
+    parallel_rows(ctx, t.count, 8 * ch, body)
+
+
+@lowering("BatchNormInferenceBackwardGamma")
+def batch_norm_inference_backward_gamma(ctx: EmitContext, t) -> None:
+    """`dγ[c] = Σ_i dy·(x − mean[c])·inv[c]` (f64 sums down the rows)."""
+    if not t.channels:
+        return
+    inv = _channel_table(ctx, t.channels, _inv_std(ctx, t))
+
+    def term(sub: EmitContext, r: ir.Value, j: Index, lanes: int) -> ir.Value:
+        b = sub.b
+        at = iadd(b, imul(b, r, t.channels), j)
+        xh = _f(b, "fmul", _f(b, "fsub", sub.load(t.x, F32, at, lanes), sub.load(t.mean, F32, j, lanes)),
+                sub.load(inv, F32, j, lanes, base=sub.shared))
+        return _f(b, "fmul", sub.load(t.dy, F32, at, lanes), xh)
+    _column_sums(ctx, t.count, t.channels, t.dgamma, term)
+
+
+@lowering("BatchNormInferenceBackwardBeta")
+def batch_norm_inference_backward_beta(ctx: EmitContext, t) -> None:
+    """`dβ[c] = Σ_i dy[i, c]` (f64 sums down the rows)."""
+    if t.channels:
+        _column_sums(ctx, t.count, t.channels, t.dbeta,
+                     lambda sub, r, j, lanes: sub.load(t.dy, F32, iadd(sub.b, imul(sub.b, r, t.channels), j), lanes))
+
+
+# ── GroupNorm backward (NCHW; per (batch, group) a contiguous block of (C/G)·H·W) ──
+
+def _group_geometry(t) -> tuple[int, int, int]:
+    """(H·W, channels per group, block size)."""
+    hw, cpg = t.h * t.w, t.c // t.num_groups
+    return hw, cpg, cpg * hw
+
+
+@lowering("GroupNormBackwardInput", check=check_group_norm, inplace=True)
+def group_norm_backward_input(ctx: EmitContext, t) -> None:
+    """Per (batch, group) block: the forward's two-pass μ, inv, then `dx = inv·(g − mean(g) − x̂·mean(g·x̂))`,
+    g = dy·γ[c].  H·W = 1: the block is a row of channels (`row_input_grad` with γ[c0 + j])."""
+    hw, cpg, size = _group_geometry(t)
+    stats = Stats(True, True, t.eps)
+
+    def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="group") as u:
+            b = sub.b
+            base = imul(b, u, size)
+            c0 = imul(b, b.urem(u, I64(t.num_groups)), cpg)
+            x, dy = row_loader(sub, base, (t.x,)), row_loader(sub, base, (t.dy,))
+            if hw == 1:
+                row_input_grad(sub, size, x, dy, lambda j, w: sub.load(t.gamma, F32, iadd(b, c0, j), w),
+                               lambda j, v: sub.store(t.dx, v, iadd(b, base, j)), stats)
+            else:
+                _group_block_grad(sub, t, base, c0, x, dy, stats)
+    if size:
+        parallel_rows(ctx, t.n * t.num_groups, 12 * size, body)
+
+
+def _group_block_grad(ctx: EmitContext, t, base: ir.Value, c0: ir.Value, x: Load, dy: Load, stats: Stats) -> None:
+    """One block channel by channel (vectors over H·W): Σg = Σ_c γ[c]·Σ_hw dy, Σg·x̂ = Σ_c γ[c]·Σ_hw dy·x̂, then dx."""
+    b = ctx.b
+    hw, cpg, size = _group_geometry(t)
+    count = ir.Constant(F32, float(size))
+    mean, inv = row_stats(ctx, size, x, stats)
+
+    def xh(k: Index, w: int) -> ir.Value:
+        return normalized(ctx, x(k, w), mean, inv)
+
+    def channel_sums(cc: ir.Value, acc: list) -> list:
+        at, gc = imul(b, cc, hw), ctx.load(t.gamma, F32, iadd(b, c0, cc))
+        s_dy, s_dyx = reduce_row(ctx, hw, lambda j, w: (dy(iadd(b, at, j), w), _f(
+            b, "fmul", dy(iadd(b, at, j), w), xh(iadd(b, at, j), w))), [SUM, SUM])
+        return [_f(b, "fadd", acc[0], _f(b, "fmul", gc, s_dy)), _f(b, "fadd", acc[1], _f(b, "fmul", gc, s_dyx))]
+    zero = ir.Constant(F32, 0.0)
+    sg, sgx = carried_loop(ctx, 0, cpg, 1, [zero, zero], channel_sums, name="chan.sum")
+    mg, mgx = b.fdiv(sg, count), b.fdiv(sgx, count)
+    with ctx.for_range(0, cpg, name="chan") as cc:
+        at, gc = imul(b, cc, hw), ctx.load(t.gamma, F32, iadd(b, c0, cc))
+
+        def out(j: Index, w: int) -> None:
+            k = iadd(b, at, j)
+            v = _f(b, "fsub", _f(b, "fmul", dy(k, w), splat(b, gc, w)), splat(b, mg, w))
+            v = _f(b, "fsub", v, _f(b, "fmul", xh(k, w), splat(b, mgx, w)))
+            ctx.store(t.dx, _f(b, "fmul", v, splat(b, inv, w)), iadd(b, base, k))
+        ctx.vector_loop(hw, out, name="dx")
+
+
+def _channel_sums_f64(ctx: EmitContext, t, out: int, term: Callable[[EmitContext, ir.Value, ir.Value, Index, int],
+                                                                     ir.Value]) -> None:
+    """`out[c] = Σ_n Σ_hw term(n, c, j)` in f64 (per-channel vector sums over H·W), channels split across threads."""
+    hw = t.h * t.w
+
+    def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="chan") as c:
+            b = sub.b
+
+            def batch(nn: ir.Value, acc: list) -> list:
+                (s,) = reduce_row(sub, hw, lambda j, w: (b.fpext(term(sub, nn, c, j, w), vec(F64, w)),), [SUM],
+                                  elem=F64)
+                return [b.fadd(acc[0], s)]
+            (total,) = carried_loop(sub, 0, t.n, 1, [ir.Constant(F64, 0.0)], batch, name="batch")
+            sub.store(out, b.fptrunc(total, F32), c)
+    parallel_rows(ctx, t.c, 8 * t.n * hw, body)
+
+
+def _nchw(ctx: EmitContext, t, nn: ir.Value, c: ir.Value, j: Index) -> ir.Value:
+    """Element index of `(nn, c, j)` in `[n, c, h·w]`."""
+    b = ctx.b
+    return iadd(b, imul(b, iadd(b, imul(b, nn, t.c), c), t.h * t.w), j)
+
+
+@lowering("GroupNormBackwardGamma", check=check_group_norm)
+def group_norm_backward_gamma(ctx: EmitContext, t) -> None:
+    """`dγ[c] = Σ_{n, hw} dy·x̂`, x̂ from the forward's two-pass block statistics (kept in scratch)."""
+    hw, cpg, size = _group_geometry(t)
+    if not t.c:
+        return
+    units = t.n * t.num_groups
+    table = ctx.scratch_alloc(8 * units)
+
+    def stats(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="group") as u:
+            b = sub.b
+            mean, inv = row_stats(sub, size, row_loader(sub, imul(b, u, size), (t.x,)), Stats(True, True, t.eps))
+            sub.store(table, mean, imul(b, u, 2), base=sub.shared)
+            sub.store(table, inv, iadd(b, imul(b, u, 2), 1), base=sub.shared)
+    if size:
+        parallel_rows(ctx, units, 4 * size, stats)
+
+    def term(sub: EmitContext, nn: ir.Value, c: ir.Value, j: Index, w: int) -> ir.Value:
+        b = sub.b
+        u = iadd(b, imul(b, nn, t.num_groups), b.udiv(c, I64(cpg)))
+        k = _nchw(sub, t, nn, c, j)
+        xh = normalized(sub, sub.load(t.x, F32, k, w), _stat(sub, table, u, 0), _stat(sub, table, u, 1))
+        return _f(b, "fmul", sub.load(t.dy, F32, k, w), xh)
+    _channel_sums_f64(ctx, t, t.dgamma, term)
+
+
+@lowering("GroupNormBackwardBeta")
+def group_norm_backward_beta(ctx: EmitContext, t) -> None:
+    """`dβ[c] = Σ_{n, hw} dy` (f64 sums)."""
+    if t.c:
+        _channel_sums_f64(ctx, t, t.dbeta, lambda sub, nn, c, j, w: sub.load(t.dy, F32, _nchw(sub, t, nn, c, j), w))

@@ -1,2 +1,223 @@
-"""NumPy references of the norm, cumsum, gather and RoPE backward kernels."""
+"""NumPy references of the norm, cumsum, gather and RoPE backward kernels (semantics.md §3.3, §3.4, §3.12).
+
+Inputs are read as f32 and the gradients computed in float64, rounded to f32 once.  The row
+statistics are the forward's (`norms.normalize_rows`: LayerNorm's one-pass variance); the
+gradients are the exact derivatives of that forward, checked against finite differences in the
+tests.  The float64 cores (`layer_norm_grads`, `rms_norm_grads`) are public for those tests.
+"""
 from __future__ import annotations
+
+import numpy as np
+
+from . import reference, view
+from .attention import rope_table_rows
+from .indexing import row_ids
+from .norms import normalize_rows
+from .reductions import _scan
+
+
+def _f64(arena: np.ndarray, off: int, count: int) -> np.ndarray:
+    return view(arena, off, np.float32, count).astype(np.float64)
+
+
+def _put(arena: np.ndarray, off: int, values: np.ndarray) -> None:
+    view(arena, off, np.float32, values.size)[:] = values.reshape(-1).astype(np.float32)
+
+
+def row_inv_std(x: np.ndarray, eps: float, center: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(μ — 0 for RMS, 1/√(var + eps)) per row: LayerNorm's one-pass biased variance, or mean(x²)."""
+    eps = float(np.float32(eps))
+    with np.errstate(all="ignore"):
+        mu = x.mean(axis=1, keepdims=True) if center else np.zeros((x.shape[0], 1))
+        ms = (x * x).mean(axis=1, keepdims=True)
+        return mu, 1.0 / np.sqrt(ms - mu * mu + eps)
+
+
+def layer_norm_grads(x: np.ndarray, gamma: np.ndarray, dy: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(dx, dγ) of `y = x̂·γ + β`: `dx = inv·(g − mean(g) − x̂·mean(g·x̂))`, g = dy·γ; `dγ = Σ_rows dy·x̂`."""
+    mu, inv = row_inv_std(x, eps, center=True)
+    with np.errstate(all="ignore"):
+        xh = (x - mu) * inv
+        g = dy * gamma
+        dx = inv * (g - g.mean(axis=1, keepdims=True) - xh * (g * xh).mean(axis=1, keepdims=True))
+        return dx, (dy * xh).sum(axis=0)
+
+
+def rms_norm_grads(x: np.ndarray, gamma: np.ndarray, dy: np.ndarray, eps: float
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dx, dγ, dβ) of `y = x·inv·γ + β`: `dx = inv·(g − x̂·mean(g·x̂))`, `dγ = Σ dy·x̂`, `dβ = Σ dy`."""
+    _, inv = row_inv_std(x, eps, center=False)
+    with np.errstate(all="ignore"):
+        xh = x * inv
+        g = dy * gamma
+        dx = inv * (g - xh * (g * xh).mean(axis=1, keepdims=True))
+        return dx, (dy * xh).sum(axis=0), dy.sum(axis=0)
+
+
+def _rows(arena: np.ndarray, t, *names: str) -> list[np.ndarray]:
+    return [_f64(arena, getattr(t, n), t.rows * t.h).reshape(t.rows, t.h) for n in names]
+
+
+@reference("LayerNormBackwardInput")
+def layer_norm_backward_input(arena: np.ndarray, t) -> None:
+    """`dx = inv·(dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂))` per row."""
+    if t.rows * t.h:
+        x, dy = _rows(arena, t, "x", "dy")
+        _put(arena, t.dx, layer_norm_grads(x, _f64(arena, t.gamma, t.h), dy, t.eps)[0])
+
+
+@reference("LayerNormBackwardGamma")
+def layer_norm_backward_gamma(arena: np.ndarray, t) -> None:
+    """`dγ[j] = Σ_rows dy·x̂` (zeros for no rows)."""
+    if t.h:
+        x, dy = _rows(arena, t, "x", "dy")
+        _put(arena, t.dgamma, layer_norm_grads(x, np.ones(t.h), dy, t.eps)[1])
+
+
+@reference("RmsNormBackwardInput")
+def rms_norm_backward_input(arena: np.ndarray, t) -> None:
+    """`dx = inv·(dy·γ − x̂·mean(dy·γ·x̂))` per row (β does not enter)."""
+    if t.rows * t.h:
+        x, dy = _rows(arena, t, "x", "dy")
+        _put(arena, t.dx, rms_norm_grads(x, _f64(arena, t.gamma, t.h), dy, t.eps)[0])
+
+
+@reference("RmsNormBackwardGamma")
+def rms_norm_backward_gamma(arena: np.ndarray, t) -> None:
+    """`dγ[j] = Σ_rows dy·x·inv`."""
+    if t.h:
+        x, dy = _rows(arena, t, "x", "dy")
+        _put(arena, t.dgamma, rms_norm_grads(x, np.ones(t.h), dy, t.eps)[1])
+
+
+@reference("RmsNormBackwardBeta")
+def rms_norm_backward_beta(arena: np.ndarray, t) -> None:
+    """`dβ[j] = Σ_rows dy`."""
+    if t.h:
+        (dy,) = _rows(arena, t, "dy")
+        with np.errstate(all="ignore"):
+            _put(arena, t.dbeta, dy.sum(axis=0))
+
+
+@reference("CumsumBackward")
+def cumsum_backward(arena: np.ndarray, t) -> None:
+    """`dx[j] = Σ_{k ≥ j} dy[k]` (`k > j` when exclusive): the forward scan of the reversed row."""
+    if t.rows * t.cols:
+        dy = _f64(arena, t.dy, t.rows * t.cols).reshape(t.rows, t.cols)
+        _put(arena, t.dx, _scan(dy[:, ::-1], np.add, 0.0, t.exclusive)[:, ::-1])
+
+
+@reference("GatherBackward")
+def gather_backward(arena: np.ndarray, t) -> None:
+    """`dst = 0; dst[o, row(idx[k])] += dy[o, k]` in k order (f32 adds); ids ≥ axis_dim dropped (Gather skips them)."""
+    dst = view(arena, t.dst, np.float32, t.outer * t.axis_dim * t.trailing).reshape(t.outer, t.axis_dim, t.trailing)
+    dst[:] = 0.0
+    if not (t.outer and t.num_idx and t.trailing and t.axis_dim):
+        return
+    dy = view(arena, t.dy, np.float32, t.outer * t.num_idx * t.trailing).reshape(t.outer, t.num_idx, t.trailing)
+    ids = row_ids(view(arena, t.indices, np.float32, t.num_idx), t.axis_dim)
+    with np.errstate(all="ignore"):
+        for k in np.flatnonzero(ids >= 0):
+            dst[:, ids[k]] += dy[:, k]
+
+
+@reference("RopeBackward")
+def rope_backward(arena: np.ndarray, t) -> None:
+    """The transpose of Rope: the same pairs rotated by −θ (`dx0 = dy0·c + dy1·s`, `dx1 = dy1·c − dy0·s`)."""
+    n, hd, r = t.batch * t.seq, t.head_dim, t.n_rot // 2
+    if n * t.hidden == 0:
+        return
+    dy = _f64(arena, t.dy, n * t.hidden).reshape(n, t.hidden // hd, hd)
+    dx = dy.copy()
+    if r:
+        cos, sin = _f64(arena, t.cos, t.cos_len), _f64(arena, t.sin, t.cos_len)
+        tab = rope_table_rows(t)[:, None] * t.cos_row_stride + np.arange(r)[None, :]
+        c, s = cos[tab][:, None, :], sin[tab][:, None, :]
+        first, second = (slice(0, 2 * r, 2), slice(1, 2 * r, 2)) if t.interleaved else (slice(0, r), slice(r, 2 * r))
+        y0, y1 = dy[..., first], dy[..., second]
+        dx[..., first] = y0 * c + y1 * s
+        dx[..., second] = y1 * c - y0 * s
+    _put(arena, t.dx, dx)
+
+
+def _bn(arena: np.ndarray, t, *names: str) -> list[np.ndarray]:
+    return [_f64(arena, getattr(t, n), t.count * t.channels).reshape(t.count, t.channels) for n in names]
+
+
+def _bn_inv(arena: np.ndarray, t) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return 1.0 / np.sqrt(_f64(arena, t.var, t.channels) + float(np.float32(t.eps)))
+
+
+@reference("BatchNormInferenceBackwardInput")
+def batch_norm_inference_backward_input(arena: np.ndarray, t) -> None:
+    """`dx = γ[c]/√(var[c] + eps)·dy` (the statistics are constants in inference mode)."""
+    if t.count * t.channels:
+        (dy,) = _bn(arena, t, "dy")
+        with np.errstate(all="ignore"):
+            _put(arena, t.dx, dy * (_f64(arena, t.gamma, t.channels) * _bn_inv(arena, t)))
+
+
+@reference("BatchNormInferenceBackwardGamma")
+def batch_norm_inference_backward_gamma(arena: np.ndarray, t) -> None:
+    """`dγ[c] = Σ_i dy·(x − mean[c])/√(var[c] + eps)`."""
+    if t.channels:
+        x, dy = _bn(arena, t, "x", "dy")
+        with np.errstate(all="ignore"):
+            _put(arena, t.dgamma, (dy * ((x - _f64(arena, t.mean, t.channels)) * _bn_inv(arena, t))).sum(axis=0))
+
+
+@reference("BatchNormInferenceBackwardBeta")
+def batch_norm_inference_backward_beta(arena: np.ndarray, t) -> None:
+    """`dβ[c] = Σ_i dy[i, c]`."""
+    if t.channels:
+        (dy,) = _bn(arena, t, "dy")
+        with np.errstate(all="ignore"):
+            _put(arena, t.dbeta, dy.sum(axis=0))
+
+
+def group_norm_grads(x: np.ndarray, gamma: np.ndarray, dy: np.ndarray, groups: int, eps: float
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dx, dγ, dβ) of GroupNorm on float64 `[n, c, hw]`: two-pass block statistics as the forward;
+    `dx = inv·(g − mean_blk(g) − x̂·mean_blk(g·x̂))`, g = dy·γ[c]; `dγ[c] = Σ dy·x̂`, `dβ[c] = Σ dy`."""
+    n, c, hw = x.shape
+    blk = lambda a: a.reshape(n * groups, -1)  # noqa: E731
+    xh = normalize_rows(blk(x), eps, center=True, two_pass=True).reshape(n, c, hw)
+    with np.errstate(all="ignore"):
+        var = (blk(x) - blk(x).mean(axis=1, keepdims=True)) ** 2
+        inv = 1.0 / np.sqrt(var.mean(axis=1, keepdims=True) + float(np.float32(eps)))
+        g = blk(dy * gamma[None, :, None])
+        dx = inv * (g - g.mean(axis=1, keepdims=True) - blk(xh) * (g * blk(xh)).mean(axis=1, keepdims=True))
+        return dx.reshape(n, c, hw), (dy * xh).sum(axis=(0, 2)), dy.sum(axis=(0, 2))
+
+
+def _nchw(arena: np.ndarray, t, name: str) -> np.ndarray:
+    return _f64(arena, getattr(t, name), t.elems).reshape(t.n, t.c, t.h * t.w)
+
+
+@reference("GroupNormBackwardInput")
+def group_norm_backward_input(arena: np.ndarray, t) -> None:
+    """GroupNorm's input gradient (β does not enter)."""
+    if t.elems:
+        dx = group_norm_grads(_nchw(arena, t, "x"), _f64(arena, t.gamma, t.c), _nchw(arena, t, "dy"),
+                              t.num_groups, t.eps)[0]
+        _put(arena, t.dx, dx)
+
+
+@reference("GroupNormBackwardGamma")
+def group_norm_backward_gamma(arena: np.ndarray, t) -> None:
+    """`dγ[c] = Σ_{n, hw} dy·x̂` (zeros when n or h·w is 0)."""
+    if t.c:
+        if not t.elems:
+            _put(arena, t.dgamma, np.zeros(t.c))
+            return
+        _put(arena, t.dgamma, group_norm_grads(_nchw(arena, t, "x"), np.ones(t.c), _nchw(arena, t, "dy"),
+                                               t.num_groups, t.eps)[1])
+
+
+@reference("GroupNormBackwardBeta")
+def group_norm_backward_beta(arena: np.ndarray, t) -> None:
+    """`dβ[c] = Σ_{n, hw} dy`."""
+    if t.c:
+        with np.errstate(all="ignore"):
+            _put(arena, t.dbeta, _nchw(arena, t, "dy").sum(axis=(0, 2)) if t.elems else np.zeros(t.c))

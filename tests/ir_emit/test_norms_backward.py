@@ -1,0 +1,357 @@
+"""Norm, cumsum, gather and RoPE backward kernels: native code against the float64 references (one
+compiled schedule), and the references against the math — finite differences of the forward norms,
+and the transposed Jacobian of the forward Rope / Cumsum / GatherAxis references."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from rlx_llvm import reference as ref
+from rlx_llvm import thunks as T
+from rlx_llvm.dtypes import DType
+from rlx_llvm.reference import norms_backward as nb
+from rlx_llvm.reference.norms import normalize_rows
+from tests.ir_emit.test_norms import W, WIDTHS, Suite, expect_invalid, special_rows, suite_tests
+
+FAMILIES = ("norms_backward",)
+FORWARD_FAMILIES = ("norms_backward", "norms", "reductions", "indexing", "attention")  # run_ref's references
+F32 = np.dtype(np.float32)
+
+
+# ── the cases ───────────────────────────────────────────────────────────────
+
+def add_input_grad(s: Suite, kind: str, rows: int, h: int, x: np.ndarray, tag: str = "", inplace: bool = False) -> None:
+    """LayerNormBackwardInput / RmsNormBackwardInput (`inplace`: dx is dy)."""
+    dy = s.put(s.normal(rows * h))
+    dx, o = (dy, (dy, F32, rows * h)) if inplace else s.out(np.float32, rows * h)
+    extra = {"beta": s.put(s.normal(h))} if kind.startswith("Rms") else {}
+    s.add(f"{kind}-{rows}x{h}{tag}", getattr(T, kind)(x=s.put(x), gamma=s.put(s.normal(h)), dy=dy, dx=dx, rows=rows,
+                                                     h=h, eps=1e-5, **extra), [o], rtol=1e-4, atol=1e-4)
+
+
+def add_param_grad(s: Suite, kind: str, rows: int, h: int, x: np.ndarray, dy: np.ndarray, tag: str = "") -> None:
+    """LayerNormBackwardGamma / RmsNormBackwardGamma / RmsNormBackwardBeta."""
+    out, o = s.out(np.float32, h)
+    name = {"LayerNormBackwardGamma": "dgamma", "RmsNormBackwardGamma": "dgamma", "RmsNormBackwardBeta": "dbeta"}[kind]
+    fields = dict(x=s.put(x), dy=s.put(dy), rows=rows, h=h, eps=1e-5, **{name: out})
+    if kind.startswith("Rms"):
+        fields.update(gamma=s.put(s.normal(h)), beta=s.put(s.normal(h)))
+    s.add(f"{kind}-{rows}x{h}{tag}", getattr(T, kind)(**fields), [o], rtol=1e-4, atol=1e-4)
+
+
+INPUT_KINDS = ("LayerNormBackwardInput", "RmsNormBackwardInput")
+PARAM_KINDS = ("LayerNormBackwardGamma", "RmsNormBackwardGamma", "RmsNormBackwardBeta")
+
+
+def add_norms(s: Suite) -> None:
+    for h in WIDTHS:
+        for rows in ((0, 1, 7) if h in (W + 1, 771) else (7,)):
+            for kind in INPUT_KINDS:
+                add_input_grad(s, kind, rows, h, special_rows(s, rows, h))
+            for kind in PARAM_KINDS:
+                add_param_grad(s, kind, rows, h, s.normal(rows * h, 2.0, 0.5), s.normal(rows * h))
+    for kind in PARAM_KINDS:   # NaN / ±inf in x (LayerNorm: a whole row's x̂) and in dy (one column)
+        dy = s.normal(7 * (W + 1))
+        dy[3 * (W + 1) + 2], dy[4 * (W + 1) + 5], dy[5 * (W + 1) + 5] = np.nan, np.inf, -np.inf
+        add_param_grad(s, kind, 7, W + 1, special_rows(s, 7, W + 1), dy, tag="-special")
+    for kind in INPUT_KINDS:   # big enough to split across threads (rows; column vectors below)
+        add_input_grad(s, kind, 97, 771, s.normal(97 * 771, 2.0, 0.5), tag="-threads")
+    for kind in PARAM_KINDS:
+        h = 3001 if kind == "RmsNormBackwardBeta" else 771
+        add_param_grad(s, kind, 97, h, s.normal(97 * h, 2.0, 0.5), s.normal(97 * h), tag="-threads")
+    for kind in INPUT_KINDS:
+        add_input_grad(s, kind, 5, 40, s.normal(200), tag="-inplace", inplace=True)
+
+
+def add_cumsum(s: Suite) -> None:
+    shapes = [(rows, cols) for cols in WIDTHS for rows in ((0, 1, 5) if cols == 771 else (5,))] + [(97, 3001)]
+    for rows, cols in shapes:
+        for exclusive in (False, True):
+            dy = s.normal(rows * cols)
+            if rows == 5 and cols > 2:
+                dy[cols + 1], dy[2 * cols], dy[3 * cols + cols // 2] = np.nan, np.inf, -np.inf
+            dx, o = s.out(np.float32, rows * cols)
+            s.add(f"CumsumBackward-{rows}x{cols}-ex{int(exclusive)}",
+                  T.CumsumBackward(dy=s.put(dy), dx=dx, rows=rows, cols=cols, exclusive=exclusive), [o],
+                  rtol=1e-4, atol=1e-4)
+    dy = s.put(s.normal(3 * 50))
+    s.add("CumsumBackward-inplace", T.CumsumBackward(dy=dy, dx=dy, rows=3, cols=50, exclusive=True),
+          [(dy, F32, 150)], rtol=1e-4, atol=1e-4)
+
+
+def gather_ids(s: Suite, num_idx: int, axis_dim: int) -> np.ndarray:
+    """Random in-range ids (with repeats), then the edge ids: fractional, negative, NaN, out of range."""
+    ids = s.rng.integers(0, max(axis_dim, 1), num_idx).astype(np.float32)
+    edge = [axis_dim - 0.5, -3.0, np.nan, float(axis_dim), 1e9, np.inf, 2.7, -np.inf]
+    ids[:min(num_idx, len(edge))] = edge[:num_idx]
+    return ids.astype(np.float32)
+
+
+def add_gather(s: Suite) -> None:
+    shapes = [(2, 5, 11, t) for t in WIDTHS] + [(1, 1, 1, 1), (3, 4, 0, 7), (0, 4, 3, 7), (2, 0, 3, 5),
+                                                 (4, 37, 300, 64)]
+    for outer, axis_dim, num_idx, trailing in shapes:
+        dy = s.normal(outer * num_idx * trailing)
+        if dy.size > 3:
+            dy[1], dy[2] = np.nan, np.inf
+        dst, o = s.out(np.float32, outer * axis_dim * trailing)
+        s.add(f"GatherBackward-{outer}x{axis_dim}x{num_idx}x{trailing}",
+              T.GatherBackward(dy=s.put(dy), indices=s.put(gather_ids(s, num_idx, axis_dim)), dst=dst, outer=outer,
+                               axis_dim=axis_dim, num_idx=num_idx, trailing=trailing), [o], exact=True)
+
+
+ROPES = [  # (batch, seq, heads, head_dim, n_rot, table rows, cos_row_stride)
+    (2, 5, 3, 8, 8, 5, 4), (1, 7, 2, 2 * W + 4, 2 * W + 2, 7, W + 1), (2, 3, 2, 64, 32, 6, 16),
+    (3, 4, 1, 6, 4, 4, 5), (1, 1, 1, 2, 2, 1, 1), (2, 4, 2, 16, 0, 4, 8), (4, 33, 4, 128, 128, 33, 64)]
+
+
+def add_rope(s: Suite) -> None:
+    for k, (batch, seq, heads, hd, n_rot, tab_rows, stride) in enumerate(ROPES):
+        for interleaved in (False, True):
+            hidden = heads * hd
+            n = batch * seq * hidden
+            cos_len = tab_rows * stride
+            ang = s.rng.uniform(-3, 3, cos_len)
+            dx, o = s.out(np.float32, n)
+            s.add(f"RopeBackward-{k}-il{int(interleaved)}",
+                  T.RopeBackward(dy=s.put(s.normal(n)), cos=s.put(np.cos(ang).astype(np.float32)),
+                                 sin=s.put(np.sin(ang).astype(np.float32)), dx=dx, batch=batch, seq=seq, hidden=hidden,
+                                 head_dim=hd, n_rot=n_rot, cos_len=cos_len, cos_row_stride=stride,
+                                 interleaved=interleaved), [o])
+    dy = s.put(s.normal(2 * 3 * 8))
+    s.add("RopeBackward-inplace", T.RopeBackward(dy=dy, cos=s.put(s.normal(12)), sin=s.put(s.normal(12)), dx=dy,
+                                                 batch=2, seq=3, hidden=8, head_dim=8, n_rot=6, cos_len=12,
+                                                 cos_row_stride=4, interleaved=False), [(dy, F32, 48)])
+
+
+def add_batch_norm(s: Suite) -> None:
+    """BatchNormInference backward: channels below, at and around W, long rows, many rows, a negative var."""
+    for count, ch in ((7, 3), (5, W), (9, W + 1), (3, 768), (1000, 5), (2, 1001), (1, 1), (0, 5), (97, 1001)):
+        n = count * ch
+        var = (np.abs(s.normal(ch)) + 0.1).astype(np.float32)
+        var[ch // 2] = -1.0 if ch > 2 else var[ch // 2]   # → NaN column, as in the forward
+        x, dy = s.normal(n, 2.0), s.normal(n)
+        if n > 10:
+            dy[3], x[7] = np.inf, np.nan
+        stats = dict(mean=s.put(s.normal(ch)), var=s.put(var))
+        dx, o = s.out(np.float32, n)
+        s.add(f"BatchNormInferenceBackwardInput-{count}x{ch}", T.BatchNormInferenceBackwardInput(
+            x=s.put(x), gamma=s.put(s.normal(ch)), dy=s.put(dy), dx=dx, count=count, channels=ch, eps=1e-5,
+            **stats), [o], rtol=1e-5, atol=1e-5)
+        dg, o = s.out(np.float32, ch)
+        s.add(f"BatchNormInferenceBackwardGamma-{count}x{ch}", T.BatchNormInferenceBackwardGamma(
+            x=s.put(x), dy=s.put(dy), dgamma=dg, count=count, channels=ch, eps=1e-5, **stats), [o],
+            rtol=1e-4, atol=1e-4)
+        db, o = s.out(np.float32, ch)
+        s.add(f"BatchNormInferenceBackwardBeta-{count}x{ch}", T.BatchNormInferenceBackwardBeta(
+            dy=s.put(dy), dbeta=db, count=count, channels=ch), [o], rtol=1e-5, atol=1e-5)
+
+
+def add_group_norm(s: Suite) -> None:
+    """GroupNorm backward on NCHW shapes: H·W of 1, below W, W-multiples and odd, empty batches; NaN in one group."""
+    for n, c, hh, ww, groups in ((2, 6, 3, 5, 3), (1, 64, 1, 1, 4), (2, 32, 8, 8, 8), (1, 3, 17, 1, 1),
+                                 (3, 4, 1, W + 1, 2), (1, 16, 40, 40, 16), (3, 64, 9, 21, 8), (0, 4, 2, 2, 2),
+                                 (2, 4, 0, 3, 2), (3, 2 * W + 6, 1, 1, 2)):
+        count = n * c * hh * ww
+        x, dy = s.normal(count, 1.5, 1.0), s.normal(count)
+        if n == 2 and c == 6:
+            x[0], dy[c * hh * ww - 1] = np.nan, np.inf   # the first group of batch 0 NaN; an inf dy in the last channel
+        geo = dict(n=n, c=c, h=hh, w=ww)
+        name = f"{n}x{c}x{hh}x{ww}-g{groups}"
+        dx, o = s.out(np.float32, count)
+        s.add(f"GroupNormBackwardInput-{name}", T.GroupNormBackwardInput(
+            x=s.put(x), gamma=s.put(s.normal(c)), beta=s.put(s.normal(c)), dy=s.put(dy), dx=dx, num_groups=groups,
+            eps=1e-5, **geo), [o], rtol=1e-4, atol=1e-4)
+        dg, o = s.out(np.float32, c)
+        s.add(f"GroupNormBackwardGamma-{name}", T.GroupNormBackwardGamma(
+            x=s.put(x), dy=s.put(dy), dgamma=dg, num_groups=groups, eps=1e-5, **geo), [o], rtol=1e-4, atol=1e-4)
+        db, o = s.out(np.float32, c)
+        s.add(f"GroupNormBackwardBeta-{name}", T.GroupNormBackwardBeta(dy=s.put(dy), dbeta=db, **geo), [o],
+              rtol=1e-5, atol=1e-5)
+
+
+def build() -> Suite:
+    s = Suite(seed=11)
+    add_norms(s)
+    add_batch_norm(s)
+    add_group_norm(s)
+    add_cumsum(s)
+    add_gather(s)
+    add_rope(s)
+    return s
+
+
+SUITE = build()
+
+(outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE, FAMILIES)
+
+
+# ── the references against the math ─────────────────────────────────────────
+
+def numeric_grad(f, x: np.ndarray, step: float = 1e-6) -> np.ndarray:
+    """Central differences of the scalar `f` at every element of `x` (float64)."""
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = step
+        g[i] = (f(x + e) - f(x - e)) / (2 * step)
+    return g
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_norm_gradients_are_the_derivatives_of_the_forward(center: bool) -> None:
+    """dx, dγ (and RMS's dβ) equal finite differences of `Σ dy·(norm(x)·γ + β)` with the forward's statistics."""
+    rng = np.random.default_rng(1)
+    rows, h, eps = 3, 6, 1e-5
+    x, dy = rng.standard_normal((rows, h)) * 2 + 0.5, rng.standard_normal((rows, h))
+    gamma, beta = rng.standard_normal(h), rng.standard_normal(h)
+
+    def loss(x, gamma, beta):
+        return float((dy * (normalize_rows(x, eps, center, two_pass=False) * gamma + beta)).sum())
+    grads = nb.layer_norm_grads(x, gamma, dy, eps) if center else nb.rms_norm_grads(x, gamma, dy, eps)
+    np.testing.assert_allclose(grads[0], numeric_grad(lambda v: loss(v, gamma, beta), x), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(grads[1], numeric_grad(lambda v: loss(x, v, beta), gamma), rtol=1e-6, atol=1e-7)
+    if not center:
+        np.testing.assert_allclose(grads[2], numeric_grad(lambda v: loss(x, gamma, v), beta), rtol=1e-6, atol=1e-7)
+
+
+def test_group_norm_gradients_are_the_derivatives_of_the_forward() -> None:
+    """dx, dγ, dβ equal finite differences of `Σ dy·GroupNorm(x)` (two-pass block statistics)."""
+    rng = np.random.default_rng(5)
+    n, c, hw, groups, eps = 2, 4, 3, 2, 1e-5
+    x, dy = rng.standard_normal((n, c, hw)) * 1.5 + 1.0, rng.standard_normal((n, c, hw))
+    gamma, beta = rng.standard_normal(c), rng.standard_normal(c)
+
+    def loss(x, gamma, beta):
+        xh = normalize_rows(x.reshape(n * groups, -1), eps, center=True, two_pass=True).reshape(n, c, hw)
+        return float((dy * (xh * gamma[None, :, None] + beta[None, :, None])).sum())
+    dx, dg, db = nb.group_norm_grads(x, gamma, dy, groups, eps)
+    np.testing.assert_allclose(dx, numeric_grad(lambda v: loss(v, gamma, beta), x), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(dg, numeric_grad(lambda v: loss(x, v, beta), gamma), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(db, numeric_grad(lambda v: loss(x, gamma, v), beta), rtol=1e-6, atol=1e-7)
+
+
+def test_batch_norm_inference_gradients_are_the_derivatives_of_the_forward() -> None:
+    """The three BatchNormInference backward references against finite differences of the forward reference."""
+    rng = np.random.default_rng(6)
+    count, ch = 4, 3
+    x, dy = rng.standard_normal(count * ch).astype(np.float32), rng.standard_normal(count * ch).astype(np.float32)
+    g, b, mean = (rng.standard_normal(ch).astype(np.float32) for _ in range(3))
+    var = (rng.random(ch) + 0.5).astype(np.float32)
+    geo = dict(count=count, channels=ch, eps=1e-5)
+    inputs = {0: x, 256: g, 512: b, 768: mean, 1024: var, 1536: dy}
+
+    def loss(off: int, v: np.ndarray) -> float:   # Σ dy·BatchNormInference(...) with input `off` replaced by v
+        y = out_f32(run_ref(T.BatchNormInference(src=0, g=256, b=512, mean=768, var=1024, dst=2048, **geo), 4096,
+                            {**inputs, off: v.astype(np.float32)}), 2048, count * ch)
+        return float(y.astype(np.float64) @ dy.astype(np.float64))
+
+    def fd(off: int, v: np.ndarray) -> np.ndarray:   # the forward is affine in x, g and b: any step will do
+        return np.array([(loss(off, v + e / 8) - loss(off, v - e / 8)) * 4 for e in np.eye(v.size, dtype=np.float32)])
+    bwd = lambda thunk, off, m: out_f32(run_ref(thunk, 4096, inputs), off, m)  # noqa: E731
+    dx = bwd(T.BatchNormInferenceBackwardInput(x=0, gamma=256, mean=768, var=1024, dy=1536, dx=2048, **geo), 2048,
+             x.size)
+    dg = bwd(T.BatchNormInferenceBackwardGamma(x=0, mean=768, var=1024, dy=1536, dgamma=2048, **geo), 2048, ch)
+    db = bwd(T.BatchNormInferenceBackwardBeta(dy=1536, dbeta=2048, count=count, channels=ch), 2048, ch)
+    for got, off, v in ((dx, 0, x), (dg, 256, g), (db, 512, b)):
+        np.testing.assert_allclose(got, fd(off, v), rtol=1e-4, atol=1e-4)
+
+
+def test_group_norm_backward_groups_must_divide_channels() -> None:
+    expect_invalid(T.GroupNormBackwardInput(x=0, gamma=256, beta=512, dy=1024, dx=2048, n=1, c=6, h=2, w=2,
+                                            num_groups=4, eps=1e-5), 4096, "num_groups", FAMILIES)
+
+
+def test_group_norm_backward_gamma_needs_a_group() -> None:
+    expect_invalid(T.GroupNormBackwardGamma(x=0, dy=1024, dgamma=2048, n=1, c=6, h=2, w=2, num_groups=0, eps=1e-5),
+                   4096, "num_groups", FAMILIES)
+
+
+def forward_matrix(forward, n_in: int, n_out: int) -> np.ndarray:
+    """`[n_in, n_out]`: row i is the forward reference applied to the i-th basis vector (f32 arena)."""
+    rows = []
+    for i in range(n_in):
+        e = np.zeros(n_in, np.float32)
+        e[i] = 1.0
+        rows.append(forward(e, n_out).astype(np.float64))
+    return np.array(rows)
+
+
+def run_ref(thunk, nbytes: int, inputs: dict) -> np.ndarray:
+    """Run one reference on a fresh zeroed arena holding `inputs` (offset → f32 array)."""
+    for fam in FORWARD_FAMILIES:
+        importlib.import_module(f"rlx_llvm.reference.{fam}")
+    arena = np.zeros(nbytes, np.uint8)
+    for off, v in inputs.items():
+        arena[off:off + v.nbytes] = v.view(np.uint8)
+    ref.REFERENCES[type(thunk).__name__](arena, thunk)
+    return arena
+
+
+def out_f32(arena: np.ndarray, off: int, n: int) -> np.ndarray:
+    return arena[off:off + 4 * n].view(np.float32)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("per_token", [False, True])
+def test_rope_backward_is_the_transpose_of_rope(interleaved: bool, per_token: bool) -> None:
+    """`RopeBackward(dy) = Jᵀ dy` with J the forward Rope reference's matrix (stride > n_rot/2, partial n_rot)."""
+    rng = np.random.default_rng(2)
+    batch, seq, heads, hd, n_rot, stride = 2, 3, 2, 6, 4, 3
+    hidden, n = heads * hd, batch * seq * heads * hd
+    cos_len = (batch * seq if per_token else seq) * stride
+    cos, sin = rng.standard_normal(cos_len).astype(np.float32), rng.standard_normal(cos_len).astype(np.float32)
+    geo = dict(cos=1024, sin=2048, batch=batch, seq=seq, hidden=hidden, head_dim=hd, n_rot=n_rot, cos_len=cos_len,
+               cos_row_stride=stride, interleaved=interleaved)
+    fwd = lambda e, m: out_f32(run_ref(T.Rope(src=0, dst=4096, src_row_stride=hidden, **geo), 8192,  # noqa: E731
+                                       {0: e, 1024: cos, 2048: sin}), 4096, m)
+    jac = forward_matrix(fwd, n, n)
+    dy = rng.standard_normal(n).astype(np.float32)
+    got = out_f32(run_ref(T.RopeBackward(dy=0, dx=4096, **geo), 8192, {0: dy, 1024: cos, 2048: sin}), 4096, n)
+    np.testing.assert_allclose(got, (jac @ dy.astype(np.float64)).astype(np.float32), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_cumsum_backward_is_the_transpose_of_cumsum(exclusive: bool) -> None:
+    rows, cols = 2, 9
+    cumsum = T.Cumsum(src=0, dst=1024, rows=rows, cols=cols, exclusive=exclusive, dtype=DType.F32)
+    fwd = lambda e, m: out_f32(run_ref(cumsum, 2048, {0: e}), 1024, m)  # noqa: E731
+    jac = forward_matrix(fwd, rows * cols, rows * cols)
+    dy = np.random.default_rng(3).standard_normal(rows * cols).astype(np.float32)
+    got = out_f32(run_ref(T.CumsumBackward(dy=0, dx=1024, rows=rows, cols=cols, exclusive=exclusive), 2048,
+                          {0: dy}), 1024, rows * cols)
+    np.testing.assert_allclose(got, jac @ dy.astype(np.float64), rtol=1e-6, atol=1e-6)
+
+
+def test_gather_backward_is_the_transpose_of_gather_axis() -> None:
+    """Including repeated ids (summed) and ids Gather skips (no gradient)."""
+    outer, axis_dim, trailing = 2, 4, 3
+    ids = np.array([1, 3, 1, 7, -2, np.nan, 2.5], np.float32)
+    geo = dict(outer=outer, axis_dim=axis_dim, num_idx=ids.size, trailing=trailing)
+    n_in, n_out = outer * axis_dim * trailing, outer * ids.size * trailing
+    gather = T.GatherAxis(table=0, idx=1024, dst=2048, idx_i64=0, table_bytes=4, **geo)
+    fwd = lambda e, m: out_f32(run_ref(gather, 4096, {0: e, 1024: ids}), 2048, m)  # noqa: E731
+    jac = forward_matrix(fwd, n_in, n_out)
+    dy = np.random.default_rng(4).standard_normal(n_out).astype(np.float32)
+    got = out_f32(run_ref(T.GatherBackward(dy=0, indices=1024, dst=2048, **geo), 4096, {0: dy, 1024: ids}),
+                  2048, n_in)
+    np.testing.assert_allclose(got, jac @ dy.astype(np.float64), rtol=1e-6, atol=1e-6)
+
+
+# ── bad inputs: RopeBackward takes Rope's rules ─────────────────────────────
+
+def _rope_backward(**kw) -> T.RopeBackward:
+    base = dict(dy=0, cos=1024, sin=2048, dx=3072, batch=1, seq=4, hidden=16, head_dim=8, n_rot=8, cos_len=16,
+                cos_row_stride=4, interleaved=False)
+    base.update(kw)
+    return T.RopeBackward(**base)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(head_dim=6), "head_dim"), (dict(head_dim=0), "head_dim"), (dict(n_rot=5), "n_rot"),
+    (dict(n_rot=10), "n_rot"), (dict(cos_row_stride=3), "cos_row_stride"), (dict(cos_len=15), "cos_len")])
+def test_rope_backward_rejects(kw: dict, field: str) -> None:
+    expect_invalid(_rope_backward(**kw), 4096, field, FAMILIES)
