@@ -74,3 +74,112 @@ def conv(arena: np.ndarray, t) -> None:
                 part = np.einsum("goc,ngcdhw->ngodhw", w[(Ellipsis, *tap)], slab)
                 acc = acc + np.where(mask, part, 0.0)
     view(arena, t.dst, np.float32, acc.size)[:] = acc.reshape(-1).astype(np.float32)
+
+
+def _conv_transpose(x: np.ndarray, w: np.ndarray, size, out, k, s, p, dil) -> np.ndarray:
+    """RLX's scatter in float64: `x[n, g, ic, i…]` adds `x·w[g, ic, oc, tap]` at `i·s + tap·dil − p`
+    inside `out`; zero inputs are skipped (so `0·∞` contributes nothing)."""
+    n, g, cin_g = x.shape[:3]
+    cout_g = w.shape[2]
+    ext = [max((a - 1) * st + (kk - 1) * d + 1, q + o, 1) for a, st, kk, d, q, o in zip(size, s, k, dil, p, out)]
+    acc = np.zeros((n, g, cout_g, *ext))
+    if all(size) and cin_g:
+        finite = bool(np.isfinite(w).all())
+        with np.errstate(invalid="ignore"):
+            for tap in np.ndindex(*k):
+                sl = tuple(slice(t * d, t * d + st * (a - 1) + 1, st) for t, d, st, a in zip(tap, dil, s, size))
+                wt = w[(Ellipsis, *tap)]                                              # [g, cin_g, cout_g]
+                if finite:
+                    part = np.einsum("gco,ngcdhw->ngodhw", wt, x)
+                else:
+                    part = sum(np.where((x[:, :, c] != 0)[:, :, None], x[:, :, c, None] * wt[None, :, c, :, None, None, None], 0.0)
+                               for c in range(cin_g))
+                acc[(slice(None), slice(None), slice(None), *sl)] += part
+    crop = tuple(slice(q, q + o) for q, o in zip(p, out))
+    return acc[(slice(None), slice(None), slice(None), *crop)]
+
+
+def _tdims(t, backward_input: bool) -> tuple:
+    """Scattered size, output size, kernel, stride, padding, dilation of a transposed conv."""
+    three = hasattr(t, "kd")
+    size = (t.d if three else 1, t.h, t.w_in)
+    out = (t.d_out if three else 1, t.h_out, t.w_out)
+    if backward_input:
+        size, out = out, size
+    k = (t.kd if three else 1, t.kh, t.kw)
+    s = (t.sd if three else 1, t.sh, t.sw)
+    p = (t.pd if three else 0, t.ph, t.pw)
+    dil = (t.dd if three else 1, t.dh, t.dw)
+    return size, out, k, s, p, dil
+
+
+def _run_transpose(arena, src, weight, dst, n, cin, cout, groups, dims) -> None:
+    size, out, k, s, p, dil = dims
+    cin_g, cout_g = cin // groups, cout // groups
+    x = view(arena, src, np.float32, n * cin * int(np.prod(size))).astype(np.float64).reshape(n, groups, cin_g, *size)
+    w = view(arena, weight, np.float32, cin * cout_g * int(np.prod(k))).astype(np.float64)
+    w = w.reshape(groups, cin_g, cout_g, *k)
+    y = _conv_transpose(x, w, size, out, k, s, p, dil)
+    view(arena, dst, np.float32, y.size)[:] = y.reshape(-1).astype(np.float32)
+
+
+@reference("ConvTranspose2d", "ConvTranspose3d")
+def conv_transpose(arena: np.ndarray, t) -> None:
+    """Weight `[c_in, c_out/groups, k…]`; output zeroed, then every nonzero input scattered."""
+    _run_transpose(arena, t.src, t.weight, t.dst, t.n, t.c_in, t.c_out, t.groups, _tdims(t, False))
+
+
+@reference("Conv2dBackwardInput", "Conv3dBackwardInput")
+def conv_backward_input(arena: np.ndarray, t) -> None:
+    """`dx = conv_transpose(dy, w)` with the forward geometry (w `[c_out, c_in/groups, k…]`)."""
+    _run_transpose(arena, t.dy, t.w, t.dx, t.n, t.c_out, t.c_in, t.groups, _tdims(t, True))
+
+
+@reference("MaxPool2dBackward", "MaxPool3dBackward")
+def max_pool_backward(arena: np.ndarray, t) -> None:
+    """dx zeroed; each dy added at the first arg-max of its window (the forward Max rule made
+    first-wins for NaN: a NaN routes to the first NaN); an all-padding window routes nowhere."""
+    size, out, k, s, p, dil = _dims(t, conv=False)
+    planes = t.n * t.c
+    x = view(arena, t.x, np.float32, planes * int(np.prod(size))).astype(np.float64).reshape(planes, *size)
+    dy = view(arena, t.dy, np.float32, planes * int(np.prod(out))).astype(np.float64).reshape(planes, *out)
+    dx = np.zeros((planes, int(np.prod(size))))
+    if all(out) and all(size):
+        best = np.full((planes, *out), -np.inf)
+        where = np.full((planes, *out), -1, dtype=np.int64)
+        grid = np.meshgrid(*[np.arange(o) for o in out], indexing="ij")
+        for tap, slab, mask in _taps(x, size, out, k, s, p, dil, fill=0.0):
+            pos = [g * st + tp - q for g, st, tp, q in zip(grid, s, tap, p)]
+            flat = (pos[0] * size[1] + pos[1]) * size[2] + pos[2]
+            take = mask & ((where < 0) | (slab > best) | (np.isnan(slab) & ~np.isnan(best)))
+            best = np.where(take, slab, best)
+            where = np.where(take, flat, where)
+        for plane in range(planes):
+            sel = where[plane].reshape(-1)
+            ok = sel >= 0
+            np.add.at(dx[plane], sel[ok], dy[plane].reshape(-1)[ok])
+    view(arena, t.dx, np.float32, dx.size)[:] = dx.reshape(-1).astype(np.float32)
+
+
+@reference("Conv2dBackwardWeight", "Conv3dBackwardWeight")
+def conv_backward_weight(arena: np.ndarray, t) -> None:
+    """`dw[g, co, c, tap] = Σ_{n, out} dy·x` over the outputs whose tap is inside the input (padded taps skipped)."""
+    three = hasattr(t, "kd")
+    size = (t.d if three else 1, t.h, t.w)
+    out = (t.d_out if three else 1, t.h_out, t.w_out)
+    k = (t.kd if three else 1, t.kh, t.kw)
+    s = (t.sd if three else 1, t.sh, t.sw)
+    p = (t.pd if three else 0, t.ph, t.pw)
+    dil = (t.dd if three else 1, t.dh, t.dw_dil)
+    g, cin_g, cout_g = t.groups, t.c_in // t.groups, t.c_out // t.groups
+    x = view(arena, t.x, np.float32, t.n * t.c_in * int(np.prod(size))).astype(np.float64)
+    x = x.reshape(t.n, g, cin_g, *size)
+    dy = view(arena, t.dy, np.float32, t.n * t.c_out * int(np.prod(out))).astype(np.float64)
+    dy = dy.reshape(t.n, g, cout_g, *out)
+    dw = np.zeros((g, cout_g, cin_g, *k))
+    if all(out) and cin_g and t.n:
+        with np.errstate(invalid="ignore"):
+            for tap, slab, mask in _taps(x, size, out, k, s, p, dil, fill=0.0):
+                dw[(Ellipsis, *tap)] = np.einsum("ngodhw,ngcdhw->goc", np.where(mask, dy, 0.0),
+                                                 np.where(mask, slab, 0.0))
+    view(arena, t.dw, np.float32, dw.size)[:] = dw.reshape(-1).astype(np.float32)

@@ -1,6 +1,8 @@
-"""Pool2D, Pool3D, Conv2D and Conv3d against their float64 NumPy references, all cases in one
-compiled schedule (the `Suite` harness of test_norms.py), plus spot checks against PyTorch's
-semantics (NaN propagation and −inf windows of max pooling) and one bad-input test per check rule."""
+"""Pool2D, Pool3D, Conv2D, Conv3d, ConvTranspose2d/3d, Conv2d/3dBackwardInput/Weight and
+MaxPool2d/3dBackward against their float64 NumPy references, all cases in one compiled schedule
+(the `Suite` harness of test_norms.py), plus spot checks against PyTorch (NaN propagation and −inf
+windows of max pooling, conv_transpose, the conv gradients, the max-pool gradient), the adjoint
+identity ⟨conv(x), y⟩ = ⟨x, convT(y)⟩, first-arg-max routing, and one bad-input test per check rule."""
 from __future__ import annotations
 
 import math
@@ -73,6 +75,96 @@ def add_conv(s: Suite, n: int, c_in: int, c_out: int, size: tuple, k: tuple, st:
     return name
 
 
+def convt_out(size: int, k: int, s: int, p: int, dil: int = 1, op: int = 0) -> int:
+    """PyTorch's transposed-conv output size with output padding `op`."""
+    return (size - 1) * s - 2 * p + dil * (k - 1) + 1 + op
+
+
+def _geo(names, **axes) -> dict:
+    """`{prefix+name or name+suffix: value}` for each axis name of a 2-D / 3-D kind."""
+    out = {}
+    for key, values in axes.items():
+        for a, v in zip(names, values):
+            out[key.replace("_", a)] = v
+    return out
+
+
+def add_convt(s: Suite, n: int, c_in: int, c_out: int, size: tuple, k: tuple, st: tuple, p: tuple, dil: tuple,
+              op: tuple, groups: int = 1, specials: bool = False, tag: str = "") -> str:
+    """A ConvTranspose2d (2-tuple geometry) or ConvTranspose3d (3-tuple) case; returns its name."""
+    out = tuple(convt_out(*a) for a in zip(size, k, st, p, dil, op))
+    kvol = math.prod(k)
+    count_in = n * c_in * math.prod(size)
+    x = with_specials(s, count_in) if specials else s.normal(count_in)
+    if specials and count_in >= 40:
+        x[s.rng.choice(count_in, 4, replace=False)] = 0.0
+    src = s.put(x)
+    weight = s.put(s.normal(c_in * (c_out // groups) * kvol, max(1, c_in // groups) ** -0.5))
+    dst, o = s.out(np.float32, n * c_out * math.prod(out))
+    names = ("d", "h", "w")[3 - len(size):]
+    geo = {**_geo(names, k_=k, s_=st, p_=p, d_=dil), **{f"{a}_out": v for a, v in zip(names, out)},
+           **{("w_in" if a == "w" else a): v for a, v in zip(names, size)}}
+    cls = T.ConvTranspose3d if len(size) == 3 else T.ConvTranspose2d
+    name = (f"{cls.__name__}-{n}x{c_in}to{c_out}x{'x'.join(map(str, size))}-k{k}-s{st}-p{p}-d{dil}-op{op}-g{groups}"
+            f"{'-nan' if specials else ''}{tag}")
+    s.add(name, cls(src=src, weight=weight, dst=dst, n=n, c_in=c_in, c_out=c_out, groups=groups, **geo), [o],
+          atol=1e-4, rtol=1e-4)
+    return name
+
+
+def add_conv_bwd_input(s: Suite, n: int, c_in: int, c_out: int, size: tuple, k: tuple, st: tuple, p: tuple,
+                       dil: tuple, groups: int = 1) -> str:
+    """A Conv2dBackwardInput / Conv3dBackwardInput case (forward geometry); returns its name."""
+    out = tuple(out_size(*a) for a in zip(size, k, st, p, dil))
+    kvol = math.prod(k)
+    dy = s.put(s.normal(n * c_out * math.prod(out)))
+    w = s.put(s.normal(c_out * (c_in // groups) * kvol, max(1, c_out // groups * kvol) ** -0.5))
+    dx, o = s.out(np.float32, n * c_in * math.prod(size))
+    names = ("d", "h", "w")[3 - len(size):]
+    geo = {**_geo(names, k_=k, s_=st, p_=p, d_=dil), **{f"{a}_out": v for a, v in zip(names, out)},
+           **{("w_in" if a == "w" else a): v for a, v in zip(names, size)}}
+    cls = T.Conv3dBackwardInput if len(size) == 3 else T.Conv2dBackwardInput
+    name = f"{cls.__name__}-{n}x{c_in}to{c_out}x{'x'.join(map(str, size))}-k{k}-s{st}-p{p}-d{dil}-g{groups}"
+    s.add(name, cls(dy=dy, w=w, dx=dx, n=n, c_in=c_in, c_out=c_out, groups=groups, **geo), [o],
+          atol=1e-4, rtol=1e-4)
+    return name
+
+
+def add_conv_bwd_weight(s: Suite, n: int, c_in: int, c_out: int, size: tuple, k: tuple, st: tuple, p: tuple,
+                        dil: tuple, groups: int = 1) -> str:
+    """A Conv2dBackwardWeight / Conv3dBackwardWeight case (forward geometry); returns its name."""
+    out = tuple(out_size(*a) for a in zip(size, k, st, p, dil))
+    x = s.put(s.normal(n * c_in * math.prod(size)))
+    dy = s.put(s.normal(n * c_out * math.prod(out)))
+    dw, o = s.out(np.float32, c_out * (c_in // groups) * math.prod(k))
+    names = ("d", "h", "w")[3 - len(size):]
+    geo = {**_geo(names, k_=k, s_=st, p_=p), **{f"{a}_out": v for a, v in zip(names, out)},
+           **{a: v for a, v in zip(names, size)},
+           **{("dw_dil" if a == "w" else f"d{a}"): v for a, v in zip(names, dil)}}
+    cls = T.Conv3dBackwardWeight if len(size) == 3 else T.Conv2dBackwardWeight
+    name = f"{cls.__name__}-{n}x{c_in}to{c_out}x{'x'.join(map(str, size))}-k{k}-s{st}-p{p}-d{dil}-g{groups}"
+    s.add(name, cls(x=x, dy=dy, dw=dw, n=n, c_in=c_in, c_out=c_out, groups=groups, **geo), [o],
+          atol=2e-4, rtol=2e-4)
+    return name
+
+
+def add_max_pool_bwd(s: Suite, n: int, c: int, size: tuple, k: tuple, st: tuple, p: tuple, x=None,
+                     tag: str = "") -> str:
+    """A MaxPool2dBackward (2-tuple) or MaxPool3dBackward (3-tuple) case; `x` overrides the input."""
+    out = tuple(out_size(*a) for a in zip(size, k, st, p))
+    count_in, count_out = n * c * math.prod(size), n * c * math.prod(out)
+    src = s.put(s.normal(count_in) if x is None else np.asarray(x, np.float32).reshape(-1))
+    dy = s.put(s.normal(count_out))
+    dx, o = s.out(np.float32, count_in)
+    names = ("d", "h", "w")[3 - len(size):]
+    geo = {**{a: v for a, v in zip(names, size)}, **{f"{a}_out": v for a, v in zip(names, out)},
+           **_geo(names, k_=k, s_=st, p_=p)}
+    cls = T.MaxPool3dBackward if len(size) == 3 else T.MaxPool2dBackward
+    name = f"{cls.__name__}-{n}x{c}x{'x'.join(map(str, size))}-k{k}-s{st}-p{p}{tag}"
+    s.add(name, cls(x=src, dy=dy, dx=dx, n=n, c=c, **geo), [o], atol=1e-5, rtol=1e-5)
+    return name
+
+
 POOL2D = [  # (n, c, (h, w), (kh, kw), (sh, sw), (ph, pw))
     (1, 1, (1, 1), (1, 1), (1, 1), (0, 0)),
     (1, 2, (5, W - 1), (3, 3), (1, 1), (1, 1)),            # output widths W − 1, W, W + 1
@@ -131,6 +223,85 @@ CONV3D = [  # (n, c_in, c_out, (d, h, w), k, s, p, dil, groups)
     (1, 2, 3, (2, 3, 3), (3, 3, 3), (1, 1, 1), (2, 1, 1), (1, 1, 1), 1),      # depth taps in the padding
 ]
 
+CONVT2D = [  # (n, c_in, c_out, (h, w), k, s, p, dil, output_padding, groups)
+    (1, 1, 1, (1, 1), (1, 1), (1, 1), (0, 0), (1, 1), (0, 0), 1),
+    (1, 5, 7, (6, W + 1), (1, 1), (1, 1), (0, 0), (1, 1), (0, 0), 1),          # 1×1: the GEMM writes the output
+    (2, 3, 5, (7, W - 1), (3, 3), (1, 1), (1, 1), (1, 1), (0, 0), 1),          # output widths W − 1, W, W + 1
+    (1, 3, 4, (6, W), (3, 3), (1, 1), (1, 1), (1, 1), (0, 0), 1),
+    (2, 2, 3, (5, W + 1), (3, 3), (1, 1), (1, 1), (1, 1), (0, 0), 1),
+    (1, 4, 3, (9, 11), (4, 4), (2, 2), (1, 1), (1, 1), (0, 0), 1),            # the DCGAN k4 s2 p1 upsampler
+    (1, 3, 4, (8, 13), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),            # stride 2, output padding 1
+    (2, 4, 4, (5, 2 * W + 1), (3, 3), (3, 3), (2, 2), (1, 1), (2, 1), 1),     # stride 3, padding 2
+    (1, 2, 3, (7, 9), (3, 2), (2, 3), (0, 1), (2, 2), (1, 2), 1),             # dilation 2, op < max(s, dil)
+    (1, 2, 2, (4, 5), (1, 1), (2, 2), (0, 0), (1, 1), (1, 1), 1),             # 1×1 stride 2: gaps stay zero
+    (1, 2, 2, (3, 4), (3, 3), (1, 1), (2, 2), (1, 1), (0, 0), 1),             # padding eats most taps
+    (2, 4, 6, (5, 7), (3, 3), (1, 1), (1, 1), (1, 1), (0, 0), 2),             # groups 2 (4 items, unrolled)
+    (3, 6, 9, (5, 8), (3, 3), (2, 1), (1, 1), (1, 1), (1, 0), 3),             # 9 items: a loop
+    (2, 8, 8, (6, W + 3), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 8),         # depthwise
+    (1, 0, 3, (4, 4), (3, 3), (1, 1), (1, 1), (1, 1), (0, 0), 1),             # no input channels: zeros
+    (1, 16, 16, (14, 14), (4, 4), (2, 2), (1, 1), (1, 1), (0, 0), 1),         # col2im split across threads
+    (4, 16, 8, (12, 12), (4, 4), (2, 2), (1, 1), (1, 1), (0, 0), 1),          # items split across threads
+    (1, 2, 2, (0, 3), (3, 3), (1, 1), (0, 0), (1, 1), (0, 0), 1),             # no input rows: zeros
+]
+CONVT3D = [  # (n, c_in, c_out, (d, h, w), k, s, p, dil, output_padding, groups)
+    (1, 1, 1, (1, 1, 1), (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, 1), (0, 0, 0), 1),
+    (2, 3, 4, (3, 4, 5), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), (0, 0, 0), 1),
+    (1, 4, 6, (3, 4, W + 1), (2, 3, 3), (2, 1, 2), (1, 1, 1), (1, 1, 2), (1, 0, 1), 2),
+    (2, 4, 4, (3, 3, 4), (2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1), (0, 0, 0), 4),  # depthwise, stride 2
+]
+CONVBI2D = [  # (n, c_in, c_out, (h, w), k, s, p, dil, groups): the forward geometry
+    (2, 3, 5, (7, W + 1), (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    (1, 3, 4, (17, 23), (3, 3), (2, 2), (1, 1), (1, 1), 1),            # rows/cols no window reaches get 0
+    (2, 4, 4, (13, 29), (3, 3), (3, 3), (2, 2), (1, 1), 1),
+    (2, 3, 4, (12, 15), (3, 3), (1, 1), (2, 2), (2, 2), 1),
+    (3, 6, 9, (5, 8), (3, 3), (2, 1), (1, 1), (1, 1), 3),
+    (1, 5, 7, (6, 9), (1, 1), (1, 1), (0, 0), (1, 1), 1),
+]
+CONVBW2D = CONVBI2D + [  # plus: depthwise, 1×1 direct with batch, no output pixels, a big one for threads
+    (2, 8, 8, (9, W + 3), (3, 3), (1, 1), (1, 1), (1, 1), 8),
+    (3, 5, 7, (6, W - 1), (1, 1), (1, 1), (0, 0), (1, 1), 1),
+    (1, 2, 2, (2, 5), (3, 3), (1, 1), (0, 0), (1, 1), 1),
+    (2, 32, 32, (20, 20), (3, 3), (1, 1), (1, 1), (1, 1), 4),
+]
+CONVBI3D = [
+    (1, 4, 6, (6, 5, W + 1), (3, 3, 3), (2, 1, 2), (1, 1, 1), (2, 1, 1), 2),
+]
+MAXPOOL_BWD = [  # (n, c, size, k, s, p)
+    (1, 1, (1, 1), (1, 1), (1, 1), (0, 0)),
+    (1, 2, (5, W - 1), (3, 3), (1, 1), (1, 1)),              # overlapping windows: dy accumulates
+    (2, 3, (6, W), (3, 3), (1, 1), (1, 1)),
+    (1, 2, (7, W + 1), (3, 3), (1, 1), (1, 1)),
+    (2, 3, (8, 2 * W + 6), (2, 2), (2, 2), (0, 0)),
+    (1, 4, (17, 23), (3, 3), (2, 2), (1, 1)),
+    (1, 2, (13, 3 * W + 4), (3, 3), (3, 3), (2, 2)),
+    (1, 2, (5, 2 * W + 1), (2, 2), (1, 1), (2, 2)),          # windows entirely in the padding: dropped
+    (1, 1, (1, 5), (3, 3), (1, 1), (0, 0)),                  # no outputs: dx all zero
+    (2, 16, (40, 40), (3, 3), (2, 2), (1, 1)),               # planes split across threads
+    (2, 3, (4, 4, W + 2), (2, 2, 2), (2, 2, 2), (0, 0, 0)),
+    (1, 2, (5, 6, W + 1), (2, 3, 3), (1, 2, 1), (1, 1, 1)),
+    (1, 2, (3, 3, 9), (1, 2, 2), (1, 1, 1), (1, 2, 2)),
+]
+
+HAND_WINDOWS = {  # one 1×4 window each: (input row, the tap its dy must reach)
+    "-first-nan": [1.0, np.nan, 3.0, np.nan],
+    "-signed-zero-tie": [-0.0, 0.0, -np.inf, 0.0],
+    "-all-minus-inf": [-np.inf] * 4,
+    "-inf-after-nan": [np.nan, np.inf, 2.0, np.inf],
+    "-tie-not-first": [-1.0, 4.0, 4.0, 3.0],
+}
+HAND_TAPS = {"-first-nan": 1, "-signed-zero-tie": 0, "-all-minus-inf": 0, "-inf-after-nan": 0, "-tie-not-first": 1}
+
+
+def tie_input(shape: tuple) -> np.ndarray:
+    """Small integers (many ties, ±0 ties), with NaN pairs and ±inf planted."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(-2, 3, size=shape).astype(np.float32)
+    x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, 0.0, -0.0)
+    flat = x.reshape(-1)
+    flat[[3, 4, 20, 41, 42, 60]] = [np.nan, np.nan, np.inf, -np.inf, -np.inf, np.nan]
+    x.reshape(-1)[-12:] = -np.inf                                        # a window of −∞ only
+    return x
+
 
 def build() -> Suite:
     s = Suite(seed=11)
@@ -142,12 +313,30 @@ def build() -> Suite:
     for geo in CONV2D + CONV3D:
         add_conv(s, *geo[:8], groups=geo[8])
     add_conv(s, 2, 3, 4, (9, W + 2), (3, 3), (1, 2), (1, 1), (1, 1), specials=True)
+    for geo in CONVT2D + CONVT3D:
+        add_convt(s, *geo[:9], groups=geo[9])
+    add_convt(s, 2, 3, 4, (6, W + 2), (3, 3), (2, 1), (1, 1), (1, 1), (1, 0), specials=True)
+    for geo in CONVBI2D + CONVBI3D:
+        add_conv_bwd_input(s, *geo[:8], groups=geo[8])
+    for geo in CONVBW2D + CONVBI3D:
+        add_conv_bwd_weight(s, *geo[:8], groups=geo[8])
+    add_conv_bwd_weight(s, 2, 3, 4, (3, 4, 5), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1))
+    for geo in MAXPOOL_BWD:
+        add_max_pool_bwd(s, *geo)
+    add_max_pool_bwd(s, 1, 2, (6, 11), (3, 3), (2, 2), (1, 1), x=tie_input((1, 2, 6, 11)), tag="-ties")
+    add_max_pool_bwd(s, 1, 2, (4, 5, 7), (2, 3, 3), (1, 2, 2), (1, 1, 1), x=tie_input((1, 2, 4, 5, 7)),
+                     tag="-ties")
+    for tag, row in HAND_WINDOWS.items():
+        add_max_pool_bwd(s, 1, 1, (1, 4), (1, 4), (1, 1), (0, 0), x=row, tag=tag)
     for tag in REPEATS:  # the same shapes at other offsets: one shared body each (like stacked layers)
         add_pool(s, MAX, *POOL2D[5], tag=tag)
         add_pool(s, MEAN, *POOL3D[2], tag=tag)
         add_conv(s, *CONV2D[8][:8], groups=CONV2D[8][8], tag=tag)     # unrolled GEMMs
         add_conv(s, *CONV2D[16][:8], groups=CONV2D[16][8], tag=tag)   # a loop of GEMMs
         add_conv(s, *CONV3D[2][:8], groups=CONV3D[2][8], tag=tag)
+        add_convt(s, *CONVT2D[5][:9], groups=CONVT2D[5][9], tag=tag)
+        add_convt(s, *CONVT2D[12][:9], groups=CONVT2D[12][9], tag=tag)
+        add_max_pool_bwd(s, *MAXPOOL_BWD[5], tag=tag)
     return s
 
 
@@ -295,3 +484,275 @@ def test_conv_gemm_dims_must_fit_blas_ints() -> None:
     """K = c_in/groups·kh·kw = 2^32 (no images and no output channels, so every extent is empty)."""
     expect_invalid(conv2d(n=0, c_out=0, c_in=1 << 16, groups=1, kh=1 << 8, kw=1 << 8, ph=0, pw=0, h=1 << 8,
                           w=1 << 8, h_out=1, w_out=1), 1 << 14, "c_in", FAMILIES)
+
+
+# ── transposed convolution, conv input gradient, max-pool backward ─────────
+
+def test_conv_transpose_matches_torch(outcome: Outcome) -> None:
+    """ConvTranspose2d/3d (strides, padding, dilation, output padding, groups) agree with torch."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    picks = [CONVT2D[5], CONVT2D[7], CONVT2D[8], CONVT2D[12], CONVT2D[13], CONVT3D[2], CONVT3D[3]]
+    for geo in picks:
+        n, c_in, c_out, size, k, st, p, dil, op, groups = geo
+        three = len(size) == 3
+        cls = "ConvTranspose3d" if three else "ConvTranspose2d"
+        name = f"{cls}-{n}x{c_in}to{c_out}x{'x'.join(map(str, size))}-k{k}-s{st}-p{p}-d{dil}-op{op}-g{groups}"
+        t = outcome.case(name).thunk
+        x = torch.from_numpy(_input(outcome, t.src, n, c_in, *size))
+        w = torch.from_numpy(_input(outcome, t.weight, c_in, c_out // groups, *k))
+        f = F.conv_transpose3d if three else F.conv_transpose2d
+        want = f(x, w, stride=st, padding=p, dilation=dil, output_padding=op, groups=groups).numpy().reshape(-1)
+        np.testing.assert_allclose(_got(outcome, name), want, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_conv_backward_input_matches_torch(outcome: Outcome) -> None:
+    """Conv2dBackwardInput / Conv3dBackwardInput are torch's conv input gradient."""
+    torch = pytest.importorskip("torch")
+    for geo in (CONVBI2D[1], CONVBI2D[3], CONVBI2D[4], CONVBI3D[0]):
+        n, c_in, c_out, size, k, st, p, dil, groups = geo
+        three = len(size) == 3
+        cls = "Conv3dBackwardInput" if three else "Conv2dBackwardInput"
+        name = f"{cls}-{n}x{c_in}to{c_out}x{'x'.join(map(str, size))}-k{k}-s{st}-p{p}-d{dil}-g{groups}"
+        t = outcome.case(name).thunk
+        out = tuple(out_size(*a) for a in zip(size, k, st, p, dil))
+        dy = torch.from_numpy(_input(outcome, t.dy, n, c_out, *out))
+        w = torch.from_numpy(_input(outcome, t.w, c_out, c_in // groups, *k))
+        f = torch.nn.grad.conv3d_input if three else torch.nn.grad.conv2d_input
+        want = f((n, c_in, *size), w, dy, stride=st, padding=p, dilation=dil, groups=groups).numpy().reshape(-1)
+        np.testing.assert_allclose(_got(outcome, name), want, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_conv_backward_weight_matches_torch(outcome: Outcome) -> None:
+    """Conv2dBackwardWeight / Conv3dBackwardWeight are torch's conv weight gradient."""
+    torch = pytest.importorskip("torch")
+    for geo in (CONVBW2D[1], CONVBW2D[3], CONVBW2D[4], CONVBW2D[6], CONVBI3D[0]):
+        n, c_in, c_out, size, k, st, p, dil, groups = geo
+        three = len(size) == 3
+        cls = "Conv3dBackwardWeight" if three else "Conv2dBackwardWeight"
+        name = f"{cls}-{n}x{c_in}to{c_out}x{'x'.join(map(str, size))}-k{k}-s{st}-p{p}-d{dil}-g{groups}"
+        t = outcome.case(name).thunk
+        out = tuple(out_size(*a) for a in zip(size, k, st, p, dil))
+        x = torch.from_numpy(_input(outcome, t.x, n, c_in, *size))
+        dy = torch.from_numpy(_input(outcome, t.dy, n, c_out, *out))
+        f = torch.nn.grad.conv3d_weight if three else torch.nn.grad.conv2d_weight
+        want = f(x, (c_out, c_in // groups, *k), dy, stride=st, padding=p, dilation=dil, groups=groups)
+        np.testing.assert_allclose(_got(outcome, name), want.numpy().reshape(-1), rtol=2e-4, atol=2e-4, err_msg=name)
+
+
+def test_conv_transpose_is_the_adjoint_of_conv(outcome: Outcome) -> None:
+    """⟨conv(x), y⟩ = ⟨x, convT(y)⟩, with conv the Conv2D / Conv3d float64 reference on the same weight."""
+    from rlx_llvm.reference.conv import conv as conv_ref
+    rng = np.random.default_rng(3)
+    for geo in CONVT2D[2:14] + CONVT3D:
+        n, c_in, c_out, size, k, st, p, dil, op, groups = geo
+        if any(o >= s_ for o, s_ in zip(op, st)) or c_in == 0:
+            continue  # output padding ≥ stride: the forward conv of the output has a different size
+        three = len(size) == 3
+        cls = "ConvTranspose3d" if three else "ConvTranspose2d"
+        name = f"{cls}-{n}x{c_in}to{c_out}x{'x'.join(map(str, size))}-k{k}-s{st}-p{p}-d{dil}-op{op}-g{groups}"
+        t = outcome.case(name).thunk
+        out = tuple(convt_out(*a) for a in zip(size, k, st, p, dil, op))
+        y = _input(outcome, t.src, n, c_in, *size).astype(np.float64)
+        w = _input(outcome, t.weight, c_in, c_out // groups, *k)
+        x = rng.standard_normal((n, c_out, *out)).astype(np.float32)
+        # the forward conv c_out → c_in on the output geometry, weight [c_in, c_out/groups, k…]
+        arena = np.zeros(4 * (x.size + w.size + y.size), np.uint8)
+        arena[:4 * x.size] = x.reshape(-1).view(np.uint8)
+        arena[4 * x.size:4 * (x.size + w.size)] = w.reshape(-1).view(np.uint8)
+        names = ("d", "h", "w")[3 - len(size):]
+        geo_kw = {**_geo(names, k_=k, s_=st, p_=p, d_=dil), **{a: v for a, v in zip(names, out)},
+                  **{f"{a}_out": v for a, v in zip(names, size)}}
+        fwd = (T.Conv3d if three else T.Conv2D)(src=0, weight=4 * x.size, dst=4 * (x.size + w.size), n=n,
+                                                 c_in=c_out, c_out=c_in, groups=groups, **geo_kw)
+        conv_ref(arena, fwd)
+        cx = arena[4 * (x.size + w.size):].view(np.float32).astype(np.float64)
+        lhs = float(cx @ y.reshape(-1))
+        rhs = float(x.reshape(-1).astype(np.float64) @ _got(outcome, name).astype(np.float64))
+        assert abs(lhs - rhs) <= 1e-4 * (1 + abs(lhs)), (name, lhs, rhs)
+
+
+def test_conv_transpose_nan_and_inf_inputs_propagate(outcome: Outcome) -> None:
+    """A NaN or ±inf input reaches every output its taps land on (x·w with finite nonzero w)."""
+    name = f"ConvTranspose2d-2x3to4x6x{W + 2}-k(3, 3)-s(2, 1)-p(1, 1)-d(1, 1)-op(1, 0)-g1-nan"
+    t = outcome.case(name).thunk
+    x = _input(outcome, t.src, t.n, t.c_in, t.h, t.w_in)
+    y = _got(outcome, name).reshape(t.n, t.c_out, t.h_out, t.w_out)
+    for img, _, i, j in zip(*np.nonzero(~np.isfinite(x))):
+        for ki in range(t.kh):
+            for kj in range(t.kw):
+                oy, ox = i * t.sh + ki - t.ph, j * t.sw + kj - t.pw
+                if 0 <= oy < t.h_out and 0 <= ox < t.w_out:
+                    assert not np.isfinite(y[img, :, oy, ox]).any(), (img, oy, ox)
+
+
+def test_max_pool_backward_matches_torch(outcome: Outcome) -> None:
+    """Without ties, the routed gradient is torch's max_pool2d / max_pool3d gradient."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    for geo in (MAXPOOL_BWD[2], MAXPOOL_BWD[4], MAXPOOL_BWD[5], MAXPOOL_BWD[9], MAXPOOL_BWD[11]):
+        n, c, size, k, st, p = geo
+        three = len(size) == 3
+        cls = "MaxPool3dBackward" if three else "MaxPool2dBackward"
+        name = f"{cls}-{n}x{c}x{'x'.join(map(str, size))}-k{k}-s{st}-p{p}"
+        t = outcome.case(name).thunk
+        out = tuple(out_size(*a) for a in zip(size, k, st, p))
+        x = torch.from_numpy(_input(outcome, t.x, n, c, *size)).requires_grad_()
+        dy = torch.from_numpy(_input(outcome, t.dy, n, c, *out))
+        (F.max_pool3d if three else F.max_pool2d)(x, k, st, p).backward(dy)
+        np.testing.assert_allclose(_got(outcome, name), x.grad.numpy().reshape(-1), rtol=1e-6, atol=1e-6,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("tag", list(HAND_WINDOWS))
+def test_max_pool_backward_routes_to_the_first_arg_max(outcome: Outcome, tag: str) -> None:
+    """NaN wins (the first NaN, as the forward Max propagates NaN); ties → the lowest tap; −∞ windows → the first."""
+    name = f"MaxPool2dBackward-1x1x1x4-k(1, 4)-s(1, 1)-p(0, 0){tag}"
+    t = outcome.case(name).thunk
+    dy = _input(outcome, t.dy, 1)[0]
+    want = np.zeros(4, np.float32)
+    want[HAND_TAPS[tag]] = dy
+    np.testing.assert_array_equal(_got(outcome, name), want)
+
+
+def test_max_pool_backward_drops_all_padding_windows(outcome: Outcome) -> None:
+    """dy of a window entirely in the padding goes nowhere: dx sums only the reachable dy."""
+    name = f"MaxPool2dBackward-1x2x5x{2 * W + 1}-k(2, 2)-s(1, 1)-p(2, 2)"
+    t = outcome.case(name).thunk
+    dy = _input(outcome, t.dy, 2, t.h_out, t.w_out)
+    inner = dy[:, 1:-1, 1:-1].sum(axis=(1, 2))
+    got = _got(outcome, name).reshape(2, -1).astype(np.float64).sum(axis=1)
+    np.testing.assert_allclose(got, inner, rtol=1e-4, atol=1e-4)
+
+
+def convt2d(**kw) -> T.ConvTranspose2d:
+    base = dict(src=0, weight=4096, dst=8192, n=1, c_in=4, h=4, w_in=4, c_out=4, h_out=8, w_out=8, kh=4, kw=4,
+                sh=2, sw=2, ph=1, pw=1, dh=1, dw=1, groups=2)
+    return T.ConvTranspose2d(**{**base, **kw})
+
+
+def convt3d(**kw) -> T.ConvTranspose3d:
+    base = dict(src=0, weight=4096, dst=8192, n=1, c_in=2, d=2, h=3, w_in=3, c_out=2, d_out=4, h_out=5, w_out=5,
+                kd=2, kh=3, kw=3, sd=2, sh=2, sw=2, pd=0, ph=1, pw=1, dd=1, dh=1, dw=1, groups=1)
+    return T.ConvTranspose3d(**{**base, **kw})
+
+
+def conv2d_bi(**kw) -> T.Conv2dBackwardInput:
+    base = dict(dy=0, w=4096, dx=8192, n=1, c_in=4, h=6, w_in=6, c_out=4, h_out=3, w_out=3, kh=3, kw=3, sh=2,
+                sw=2, ph=1, pw=1, dh=1, dw=1, groups=2)
+    return T.Conv2dBackwardInput(**{**base, **kw})
+
+
+def conv3d_bi(**kw) -> T.Conv3dBackwardInput:
+    base = dict(dy=0, w=4096, dx=8192, n=1, c_in=2, d=3, h=4, w_in=4, c_out=2, d_out=3, h_out=4, w_out=4, kd=3,
+                kh=3, kw=3, sd=1, sh=1, sw=1, pd=1, ph=1, pw=1, dd=1, dh=1, dw=1, groups=1)
+    return T.Conv3dBackwardInput(**{**base, **kw})
+
+
+def conv2d_bw(**kw) -> T.Conv2dBackwardWeight:
+    base = dict(x=0, dy=4096, dw=8192, n=1, c_in=4, h=6, w=6, c_out=4, h_out=3, w_out=3, kh=3, kw=3, sh=2,
+                sw=2, ph=1, pw=1, dh=1, dw_dil=1, groups=2)
+    return T.Conv2dBackwardWeight(**{**base, **kw})
+
+
+def conv3d_bw(**kw) -> T.Conv3dBackwardWeight:
+    base = dict(x=0, dy=4096, dw=8192, n=1, c_in=2, d=3, h=4, w=4, c_out=2, d_out=3, h_out=4, w_out=4, kd=3,
+                kh=3, kw=3, sd=1, sh=1, sw=1, pd=1, ph=1, pw=1, dd=1, dh=1, dw_dil=1, groups=1)
+    return T.Conv3dBackwardWeight(**{**base, **kw})
+
+
+def maxpool2d_bwd(**kw) -> T.MaxPool2dBackward:
+    base = dict(x=0, dy=4096, dx=8192, n=1, c=2, h=6, w=6, h_out=3, w_out=3, kh=2, kw=2, sh=2, sw=2, ph=0, pw=0)
+    return T.MaxPool2dBackward(**{**base, **kw})
+
+
+def maxpool3d_bwd(**kw) -> T.MaxPool3dBackward:
+    base = dict(x=0, dy=4096, dx=8192, n=1, c=2, d=4, h=6, w=6, d_out=2, h_out=3, w_out=3, kd=2, kh=2, kw=2, sd=2,
+                sh=2, sw=2, pd=0, ph=0, pw=0)
+    return T.MaxPool3dBackward(**{**base, **kw})
+
+
+def test_convt_validation_is_valid_baseline() -> None:
+    """The bad-input bases themselves compile (so each failure below is the one rule)."""
+    import rlx_llvm as rl
+    for thunk in (convt2d(), convt3d(), conv2d_bi(), conv3d_bi(), conv2d_bw(), conv3d_bw(), maxpool2d_bwd(),
+                  maxpool3d_bwd(),
+                  convt2d(h_out=9, w_out=9)):   # output padding 1 < stride 2
+        rl.compile(rl.ThunkSchedule([thunk], arena_bytes=1 << 14), cache=False)
+
+
+def test_convt_needs_a_group_dividing_channels() -> None:
+    expect_invalid(convt2d(groups=0), 1 << 14, "groups", FAMILIES)
+    expect_invalid(convt2d(c_in=3, groups=2), 1 << 14, "groups", FAMILIES)
+    expect_invalid(convt2d(c_out=5, groups=2), 1 << 14, "groups", FAMILIES)
+    expect_invalid(convt3d(c_out=3, groups=2), 1 << 14, "groups", FAMILIES)
+
+
+def test_convt_kernel_stride_dilation_must_be_positive() -> None:
+    for field in ("kh", "kw", "sh", "sw", "dh", "dw"):
+        expect_invalid(convt2d(**{field: 0}), 1 << 14, field, FAMILIES)
+    for field in ("kd", "sd", "dd"):
+        expect_invalid(convt3d(**{field: 0}), 1 << 14, field, FAMILIES)
+
+
+def test_convt_output_dims_must_match() -> None:
+    """Below the formula, or output padding ≥ max(stride, dilation)."""
+    expect_invalid(convt2d(h_out=7), 1 << 14, "h_out", FAMILIES)
+    expect_invalid(convt2d(h_out=10), 1 << 14, "h_out", FAMILIES)       # output padding 2 = stride
+    expect_invalid(convt2d(w_out=10), 1 << 14, "w_out", FAMILIES)
+    expect_invalid(convt3d(d_out=6), 1 << 14, "d_out", FAMILIES)
+    expect_invalid(convt3d(d_out=3), 1 << 14, "d_out", FAMILIES)
+
+
+def test_convt_gemm_dims_must_fit_blas_ints() -> None:
+    """m = c_out/groups·kh·kw = 2^32 (no images, no input channels: every extent is empty)."""
+    expect_invalid(convt2d(n=0, c_in=0, c_out=1 << 16, groups=1, h=1, w_in=1, kh=256, kw=256, sh=1, sw=1, ph=0,
+                           pw=0, h_out=256, w_out=256), 1 << 14, "c_out", FAMILIES)
+
+
+def test_conv_backward_input_checks_the_forward_geometry() -> None:
+    expect_invalid(conv2d_bi(groups=0), 1 << 14, "groups", FAMILIES)
+    expect_invalid(conv2d_bi(c_in=3, groups=2), 1 << 14, "groups", FAMILIES)
+    expect_invalid(conv2d_bi(c_out=5, groups=2), 1 << 14, "groups", FAMILIES)
+    for field in ("kh", "kw", "sh", "sw", "dh", "dw"):
+        expect_invalid(conv2d_bi(**{field: 0}), 1 << 14, field, FAMILIES)
+    for field in ("kd", "sd", "dd"):
+        expect_invalid(conv3d_bi(**{field: 0}), 1 << 14, field, FAMILIES)
+    expect_invalid(conv2d_bi(h_out=4), 1 << 14, "h_out", FAMILIES)
+    expect_invalid(conv2d_bi(w_out=2), 1 << 14, "w_out", FAMILIES)
+    expect_invalid(conv3d_bi(d_out=2), 1 << 14, "d_out", FAMILIES)
+
+
+def test_conv_backward_input_gemm_dims_must_fit_blas_ints() -> None:
+    """m = c_in/groups·kh·kw = 2^32 with no images and no dy channels."""
+    expect_invalid(conv2d_bi(n=0, c_out=0, c_in=1 << 16, groups=1, kh=256, kw=256, ph=0, pw=0, sh=1, sw=1,
+                             h=256, w_in=256, h_out=1, w_out=1), 1 << 14, "c_in", FAMILIES)
+
+
+def test_max_pool_backward_checks_the_forward_geometry() -> None:
+    expect_invalid(maxpool2d_bwd(kh=0), 1 << 14, "kh", FAMILIES)
+    expect_invalid(maxpool3d_bwd(kd=0), 1 << 14, "kd", FAMILIES)
+    expect_invalid(maxpool2d_bwd(sw=0), 1 << 14, "sw", FAMILIES)
+    expect_invalid(maxpool3d_bwd(sd=0), 1 << 14, "sd", FAMILIES)
+    expect_invalid(maxpool2d_bwd(h_out=4), 1 << 14, "h_out", FAMILIES)
+    expect_invalid(maxpool2d_bwd(w_out=2), 1 << 14, "w_out", FAMILIES)
+    expect_invalid(maxpool3d_bwd(d_out=3), 1 << 14, "d_out", FAMILIES)
+
+
+def test_conv_backward_weight_checks_the_forward_geometry() -> None:
+    expect_invalid(conv2d_bw(groups=0), 1 << 14, "groups", FAMILIES)
+    expect_invalid(conv2d_bw(c_in=3, groups=2), 1 << 14, "groups", FAMILIES)
+    expect_invalid(conv2d_bw(c_out=5, groups=2), 1 << 14, "groups", FAMILIES)
+    for field in ("kh", "kw", "sh", "sw", "dh", "dw_dil"):
+        expect_invalid(conv2d_bw(**{field: 0}), 1 << 14, field, FAMILIES)
+    for field in ("kd", "sd", "dd", "dw_dil"):
+        expect_invalid(conv3d_bw(**{field: 0}), 1 << 14, field, FAMILIES)
+    expect_invalid(conv2d_bw(h_out=4), 1 << 14, "h_out", FAMILIES)
+    expect_invalid(conv2d_bw(w_out=2), 1 << 14, "w_out", FAMILIES)
+    expect_invalid(conv3d_bw(d_out=2), 1 << 14, "d_out", FAMILIES)
+
+
+def test_conv_backward_weight_gemm_dims_must_fit_blas_ints() -> None:
+    """K = c_in/groups·kh·kw = 2^32 (no images, no output channels: every extent is empty)."""
+    expect_invalid(conv2d_bw(n=0, c_out=0, c_in=1 << 16, groups=1, kh=256, kw=256, ph=0, pw=0, sh=1, sw=1,
+                             h=256, w=256, h_out=1, w_out=1), 1 << 14, "c_in", FAMILIES)
