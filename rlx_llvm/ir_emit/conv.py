@@ -252,15 +252,9 @@ def pool(ctx: EmitContext, t, axes: tuple[Axis, Axis, Axis]) -> None:
     parallel_rows(ctx, rows, 4 * wz.out * dz.k * hz.k * wz.k, chunk)
 
 
-@lowering("Pool2D", check=check_pool, shared_body=True)
-def pool2d(ctx: EmitContext, t) -> None:
-    """2-D Max / Mean pooling (NCHW)."""
-    pool(ctx, t, pool_axes(t))
-
-
-@lowering("Pool3D", check=check_pool, shared_body=True)
-def pool3d(ctx: EmitContext, t) -> None:
-    """3-D Max / Mean pooling (NCDHW)."""
+@lowering("Pool2D", "Pool3D", check=check_pool, shared_body=True)
+def pool_nd(ctx: EmitContext, t) -> None:
+    """2-D / 3-D Max / Mean pooling (NCHW / NCDHW)."""
     pool(ctx, t, pool_axes(t))
 
 
@@ -356,15 +350,9 @@ def conv(ctx: EmitContext, t, axes: tuple[Axis, Axis, Axis]) -> None:
     independent_gemms(ctx, "s", items, cout_g, p, k, body)
 
 
-@lowering("Conv2D", path="blas", check=check_conv, shared_body=True)
-def conv2d(ctx: EmitContext, t) -> None:
-    """2-D convolution (NCHW) with stride, padding, dilation and groups."""
-    conv(ctx, t, conv_axes(t))
-
-
-@lowering("Conv3d", path="blas", check=check_conv, shared_body=True)
-def conv3d(ctx: EmitContext, t) -> None:
-    """3-D convolution (NCDHW) with stride, padding, dilation and groups."""
+@lowering("Conv2D", "Conv3d", path="blas", check=check_conv, shared_body=True)
+def conv_nd(ctx: EmitContext, t) -> None:
+    """2-D / 3-D convolution (NCHW / NCDHW) with stride, padding, dilation and groups."""
     conv(ctx, t, conv_axes(t))
 
 
@@ -571,27 +559,16 @@ def fill_range(ctx: EmitContext, base: ir.Value, start: ir.Value, stop: ir.Value
         ctx.store(0, const(F32, 0.0, 1), i, base=base)
 
 
-@lowering("ConvTranspose2d", path="blas", check=check_convt, shared_body=True)
-def conv_transpose2d(ctx: EmitContext, t) -> None:
-    """2-D transposed convolution (NCHW), weight `[c_in, c_out/groups, kh, kw]`."""
+@lowering("ConvTranspose2d", "ConvTranspose3d", path="blas", check=check_convt, shared_body=True)
+def conv_transpose_nd(ctx: EmitContext, t) -> None:
+    """2-D/3-D transposed convolution (NCHW / NCDHW), weight `[c_in, c_out/groups, (kd,) kh, kw]`."""
     conv_transpose(ctx, convt_axes(t), t.n, t.c_in, t.c_out, t.groups, t.src, t.weight, t.dst)
 
 
-@lowering("ConvTranspose3d", path="blas", check=check_convt, shared_body=True)
-def conv_transpose3d(ctx: EmitContext, t) -> None:
-    """3-D transposed convolution (NCDHW), weight `[c_in, c_out/groups, kd, kh, kw]`."""
-    conv_transpose(ctx, convt_axes(t), t.n, t.c_in, t.c_out, t.groups, t.src, t.weight, t.dst)
-
-
-@lowering("Conv2dBackwardInput", path="blas", check=check_conv_backward_input, shared_body=True)
-def conv2d_backward_input(ctx: EmitContext, t) -> None:
-    """`dx = conv_transpose(dy, w)` with the forward geometry (w `[c_out, c_in/groups, kh, kw]`)."""
-    conv_transpose(ctx, backward_input_axes(t), t.n, t.c_out, t.c_in, t.groups, t.dy, t.w, t.dx)
-
-
-@lowering("Conv3dBackwardInput", path="blas", check=check_conv_backward_input, shared_body=True)
-def conv3d_backward_input(ctx: EmitContext, t) -> None:
-    """`dx = conv_transpose3d(dy, w)` with the forward geometry."""
+@lowering("Conv2dBackwardInput", "Conv3dBackwardInput", path="blas", check=check_conv_backward_input,
+          shared_body=True)
+def conv_backward_input(ctx: EmitContext, t) -> None:
+    """`dx = conv_transpose(dy, w)` with the forward geometry (w `[c_out, c_in/groups, (kd,) kh, kw]`)."""
     conv_transpose(ctx, backward_input_axes(t), t.n, t.c_out, t.c_in, t.groups, t.dy, t.w, t.dx)
 
 
@@ -693,15 +670,9 @@ def splat(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
     return b.shuffle_vector(one, ir.Constant(vty, None), ir.Constant(ir.VectorType(I32, width), [I32(0)] * width))
 
 
-@lowering("MaxPool2dBackward", check=check_max_pool_backward, shared_body=True)
-def max_pool2d_backward(ctx: EmitContext, t) -> None:
-    """Route each `dy` to the first arg-max of its 2-D window (dx zeroed first)."""
-    max_pool_backward(ctx, t)
-
-
-@lowering("MaxPool3dBackward", check=check_max_pool_backward, shared_body=True)
-def max_pool3d_backward(ctx: EmitContext, t) -> None:
-    """Route each `dy` to the first arg-max of its 3-D window (dx zeroed first)."""
+@lowering("MaxPool2dBackward", "MaxPool3dBackward", check=check_max_pool_backward, shared_body=True)
+def max_pool_backward_nd(ctx: EmitContext, t) -> None:
+    """Route each `dy` to the first arg-max of its 2-D / 3-D window (dx zeroed first)."""
     max_pool_backward(ctx, t)
 
 
@@ -769,13 +740,8 @@ def conv_backward_weight(ctx: EmitContext, t) -> None:
     independent_gemms(ctx, "s", groups, k, cout_g, max(1, p) * max(1, t.n), body)
 
 
-@lowering("Conv2dBackwardWeight", path="blas", check=check_conv_backward_weight, shared_body=True)
-def conv2d_backward_weight(ctx: EmitContext, t) -> None:
-    """Conv2D weight gradient `dw = Σ_images dy·im2col(x)ᵀ` per group (dw zeroed first)."""
-    conv_backward_weight(ctx, t)
-
-
-@lowering("Conv3dBackwardWeight", path="blas", check=check_conv_backward_weight, shared_body=True)
-def conv3d_backward_weight(ctx: EmitContext, t) -> None:
-    """Conv3d weight gradient (dw zeroed first)."""
+@lowering("Conv2dBackwardWeight", "Conv3dBackwardWeight", path="blas", check=check_conv_backward_weight,
+          shared_body=True)
+def conv_backward_weight_nd(ctx: EmitContext, t) -> None:
+    """2-D / 3-D weight gradient `dw = Σ_images dy·im2col(x)ᵀ` per group (dw zeroed first)."""
     conv_backward_weight(ctx, t)
