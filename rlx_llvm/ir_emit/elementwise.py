@@ -1,5 +1,5 @@
 """Element-wise thunks: BinaryFull (f32/i64, f64, c64), BiasAdd, activations, Compare, Where, Fma,
-SgdMomentum and the complex helpers (semantics.md §3.1, §3.12).
+SgdMomentum, the complex helpers (semantics.md §3.1, §3.12) and SplineActivation (§3.8, its own row loop).
 
 Everything here is one *walk*: output element `o` at row-major coordinates `c` of `dims` reads
 input `k` at element `Σ c·strides[k]` and writes every output at `o`.  `emit_walk` drops size-1
@@ -24,8 +24,10 @@ from llvmlite import ir
 from ..errors import ValidationError
 from ..ops import Activation, BinaryOp, CmpOp
 from . import elementmath as em
+from . import vecmath as vm
 from .core import F32, F64, I1, I8, I32, I64, EmitContext, const, width_of
 from .registry import lowering
+from .rows import carried_loop, parallel_rows
 
 Value = Union[ir.Value, tuple]  # a scalar/vector, or (re, im) for a complex element
 
@@ -630,3 +632,51 @@ def complex_norm_sq_backward_f32(ctx: EmitContext, t) -> None:
 def conjugate_c64(ctx: EmitContext, t) -> None:
     """dst[i] = (re, −im) (the sign bit of im flips, NaN included)."""
     _map(ctx, t.len, [(t.src, C64_ELEM)], [Output(t.dst, C64_ELEM)], lambda b, z: (z[0], b.fneg(z[1])))
+
+
+# ── SplineActivation (KAN Gaussian-RBF spline) ──────────────────────────────
+
+def spline_grid(grid_min: float, grid_max: float, num_basis: int) -> tuple[np.float32, np.float32, np.float32]:
+    """`(gmin, step, inv_h)` in f32: `step = (gmax − gmin)/(nb − 1)` (1 when nb ≤ 1), `inv_h = 1/step`
+    (inf when gmin = gmax; the reference uses the same values)."""
+    gmin, gmax = np.float32(grid_min), np.float32(grid_max)
+    with np.errstate(all="ignore"):
+        step = (gmax - gmin) / np.float32(num_basis - 1) if num_basis > 1 else np.float32(1.0)
+        return gmin, np.float32(step), np.float32(np.float32(1.0) / np.float32(step))
+
+
+@lowering("SplineActivation", inplace=True)
+def spline_activation(ctx: EmitContext, t) -> None:
+    """`y[r, c] = Σ_g coeff[c, g]·exp(−((x[r, c] − center_g)·inv_h)²)`, `center_g = gmin + g·step`, all f32,
+    g summed in order.  Channels are the vector lanes: `coeff` is transposed once into scratch
+    (`[num_basis, channels]`, so each basis function's coefficients are a contiguous vector), then every
+    row runs its channel vectors through the basis loop; rows split across threads."""
+    rows, ch, nb = t.rows, t.channels, t.num_basis
+    if not rows * ch:
+        return
+    gmin, step, inv_h = spline_grid(t.grid_min, t.grid_max, nb)
+    table = ctx.scratch_alloc(4 * ch * nb)
+    with ctx.for_range(0, ch, name="c") as c:
+        with ctx.for_range(0, nb, name="g") as g:
+            b = ctx.b
+            v = ctx.load(t.coeff, F32, b.add(b.mul(c, I64(nb)), g))
+            ctx.store(table, v, b.add(b.mul(g, I64(ch)), c), base=ctx.scratch)
+
+    def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        b = sub.b
+        with sub.for_range(start, stop, name="row") as r:
+            base = b.mul(r, I64(ch))
+
+            def channels(j: ir.Value, w: int) -> None:
+                x = sub.load(t.x, F32, b.add(base, j), w)
+
+                def basis(g: ir.Value, acc: list) -> list:
+                    center = b.fadd(const(F32, float(gmin)), b.fmul(b.sitofp(g, F32), const(F32, float(step))))
+                    d = b.fmul(b.fsub(x, splat(b, center, w)), const(F32, float(inv_h), w))
+                    e = vm.exp(b, b.fneg(b.fmul(d, d)))
+                    k = sub.load(table, F32, b.add(b.mul(g, I64(ch)), j), w, base=sub.shared)
+                    return [b.fadd(acc[0], b.fmul(k, e))]
+                (y,) = carried_loop(sub, 0, nb, 1, [const(F32, 0.0, w)], basis, name="basis")
+                sub.store(t.dst, y, b.add(base, j))
+            sub.vector_loop(ch, channels, name="chan")
+    parallel_rows(ctx, rows, 8 * ch * max(nb, 1), body)

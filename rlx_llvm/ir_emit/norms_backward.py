@@ -11,6 +11,10 @@
 * RopeBackward: Rope's rotation by −θ (sin negated) with Rope's table rows and pairing.
 * GroupNorm backward: per (batch, group) block the forward's two-pass statistics; the block sums
   and dγ/dβ go channel by channel (vectors over H·W; dγ/dβ in f64, channels split across threads).
+* AdaLayerNorm / GatedResidual backward (packed outputs): the row gradients split by rows (AdaLayerNorm's dx
+  is `row_input_grad` with γ = 1 + scale[m + j] and the forward's two-pass statistics); the modulation /
+  gate gradients are f64 sums into the `mod_len` / `gate_len` elements, which are split across threads,
+  every thread walking all rows and adding the part of each row's slice that lands in its elements.
 * BatchNormInference backward: per-channel α = γ/√(var + eps) (or inv) in scratch, then the rows;
   dγ/dβ are the same f64 column sums as the row norms'.
 """
@@ -26,10 +30,12 @@ from .attention import _rotate_pairs, check_rope, rope_per_token
 from .core import F32, F64, FASTMATH, I32, I64, EmitContext, vec, width_of
 from .indexing import guarded, row_id, scatter_slice
 from .movement import memset_zero
-from .norms import Stats, check_group_norm, normalized, row_loader, row_stats
+from .norms import (Stats, check_ada_layer_norm, check_gated_residual, check_group_norm, normalized, row_loader,
+                    row_stats)
 from .reductions import _broadcast_last, _shift_in
 from .registry import lowering
-from .rows import SUM, Index, carried_loop, fconst, iadd, imul, parallel_rows, reduce_row, splat, sqrt
+from .rows import (SUM, Index, carried_loop, fconst, iadd, imul, offset_table, parallel_rows, reduce_row, row_offset,
+                   splat, sqrt)
 
 Load = Callable[[Index, int], ir.Value]   # (element j of the row, lanes) → f32 values
 
@@ -101,10 +107,10 @@ def rms_norm_backward_input(ctx: EmitContext, t) -> None:
 Term = Callable[[EmitContext, ir.Value, Index, int], ir.Value]   # (ctx, row, column, lanes) → f32
 
 
-def _row_stats_to_scratch(ctx: EmitContext, t, center: bool) -> int:
+def _row_stats_to_scratch(ctx: EmitContext, t, center: bool, two_pass: bool = False) -> int:
     """Scratch offset of `(μ, inv)` per row (μ = 0 for RMS), computed with the forward's statistics."""
     table = ctx.scratch_alloc(8 * t.rows)
-    stats = Stats(center, False, t.eps)
+    stats = Stats(center, two_pass, t.eps)
 
     def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
         with sub.for_range(start, stop, name="row") as r:
@@ -486,3 +492,135 @@ def group_norm_backward_beta(ctx: EmitContext, t) -> None:
     """`dβ[c] = Σ_{n, hw} dy` (f64 sums)."""
     if t.c:
         _channel_sums_f64(ctx, t, t.dbeta, lambda sub, nn, c, j, w: sub.load(t.dy, F32, _nchw(sub, t, nn, c, j), w))
+
+
+# ── AdaLayerNorm / GatedResidual backward (per-row broadcast offsets, packed outputs) ──
+
+OffsetTerms = Callable[[EmitContext, ir.Value, ir.Value, int], tuple]   # (ctx, row, j, lanes) → f32 values
+
+
+def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def _smax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed(">", x, y), x, y)
+
+
+def _range_loop(ctx: EmitContext, start: ir.Value, stop: ir.Value, body: Callable[[ir.Value, int], None],
+                name: str = "k") -> None:
+    """`body(k, W)` in W-steps over the run-time range `[start, stop)`, then `body(k, 1)` over the rest
+    (nothing when `stop ≤ start`)."""
+    b, w = ctx.b, ctx.lanes
+    stop = _smax(b, start, stop)
+    vec_stop = b.add(start, b.and_(b.sub(stop, start), I64(~(w - 1))))   # W is a power of two
+    with ctx.for_range(start, vec_stop, w, name=f"{name}.vec") as k:
+        body(k, w)
+    with ctx.for_range(vec_stop, stop, 1, name=f"{name}.tail") as k:
+        body(k, 1)
+
+
+def _offset_sums(ctx: EmitContext, rows: int, h: int, offs, table, length: int, outs: tuple[int, ...],
+                 terms: OffsetTerms) -> None:
+    """`outs[i][k] = Σ_{(r, j): offs[r] + j = k} terms(r, j)[i]` for every `k < length` (0 where no row lands).
+
+    f64 accumulators in scratch, rounded to f32 once.  The `length` elements (in W-blocks) are split
+    across threads; each thread walks all rows in order and adds the part of row r's slice
+    `[offs[r], offs[r] + h)` inside its own elements — no element is shared, rows add up in row order
+    whatever the thread count."""
+    if not length:
+        return
+    w, n = ctx.lanes, len(outs)
+    acc = ctx.scratch_alloc(8 * n * length)
+    units = -(-length // w)
+
+    def slot(i: int) -> int:
+        return acc + 8 * length * i
+
+    def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        b = sub.b
+        k0, k1 = b.mul(start, I64(w)), _smin(b, b.mul(stop, I64(w)), I64(length))
+
+        def zero(k: ir.Value, lanes: int) -> None:
+            for i in range(n):
+                sub.store(slot(i), fconst(vec(F64, lanes), 0.0), k, base=sub.shared)
+        _range_loop(sub, k0, k1, zero, name="zero")
+        with sub.for_range(0, rows, name="row") as r:
+            m = row_offset(sub, offs, r, table)
+
+            def add(k: ir.Value, lanes: int) -> None:
+                vals = terms(sub, r, b.sub(k, m), lanes)
+                for i, v in enumerate(vals):
+                    a = sub.load(slot(i), F64, k, lanes, base=sub.shared)
+                    sub.store(slot(i), b.fadd(a, b.fpext(v, vec(F64, lanes))), k, base=sub.shared)
+            _range_loop(sub, _smax(b, k0, m), _smin(b, k1, b.add(m, I64(h))), add, name="slice")
+
+        def out(k: ir.Value, lanes: int) -> None:
+            for i in range(n):
+                sub.store(outs[i], b.fptrunc(sub.load(slot(i), F64, k, lanes, base=sub.shared), vec(F32, lanes)), k)
+        _range_loop(sub, k0, k1, out, name="out")
+    parallel_rows(ctx, units, max(1, (4 * (n + 1) * rows * h + 12 * n * length) // units), body)
+
+
+@lowering("AdaLayerNormBackward", check=check_ada_layer_norm)
+def ada_layer_norm_backward(ctx: EmitContext, t) -> None:
+    """Packed `[dx ‖ dscale ‖ dshift]`: `dx = inv·(g − mean(g) − ŷ·mean(g·ŷ))`, g = dy·(1 + scale[m + j]), ŷ and
+    inv from the forward's two-pass LayerNorm (or RMS, no `mean(g)`) statistics; `dscale[k] = Σ dy·ŷ`,
+    `dshift[k] = Σ dy` over the (row, j) with `mod_off[row] + j = k` (f64 sums, zeros where no row lands)."""
+    rows, h, n = t.rows, t.h, t.rows * t.h
+    ds, dt = t.dst + 4 * n, t.dst + 4 * (n + t.mod_len)
+    if not n:
+        memset_zero(ctx, ds, 8 * t.mod_len)
+        return
+    table = offset_table(ctx, t.mod_off, "mod_off")
+    stats = Stats(t.layer_norm, True, t.eps)
+    one = ir.Constant(F32, 1.0)
+
+    def grad_rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="row") as r:
+            b = sub.b
+            base, m = imul(b, r, h), row_offset(sub, t.mod_off, r, table)
+            row_input_grad(sub, h, row_loader(sub, base, (t.x,)), row_loader(sub, base, (t.dy,)),
+                           lambda j, w: _f(b, "fadd", splat(b, one, w), sub.load(t.scale, F32, iadd(b, m, j), w)),
+                           lambda j, v: sub.store(t.dst, v, iadd(b, base, j)), stats)
+    parallel_rows(ctx, rows, 16 * h, grad_rows)
+    moments = _row_stats_to_scratch(ctx, t, t.layer_norm, two_pass=True)
+
+    def terms(sub: EmitContext, r: ir.Value, j: ir.Value, w: int) -> tuple:
+        b = sub.b
+        at = iadd(b, imul(b, r, h), j)
+        mean = _stat(sub, moments, r, 0) if t.layer_norm else None
+        dy = sub.load(t.dy, F32, at, w)
+        return _f(b, "fmul", dy, normalized(sub, sub.load(t.x, F32, at, w), mean, _stat(sub, moments, r, 1))), dy
+    _offset_sums(ctx, rows, h, t.mod_off, table, t.mod_len, (ds, dt), terms)
+
+
+@lowering("GatedResidualBackward", check=check_gated_residual)
+def gated_residual_backward(ctx: EmitContext, t) -> None:
+    """Packed `[dx ‖ dy ‖ dgate]`: `dx = dy`, `d(y) = dy·gate[m + j]`, `dgate[k] = Σ dy·y` over the (row, j) with
+    `gate_off[row] + j = k` (f64 sums, zeros where no row lands); `x` is not read."""
+    rows, h, n = t.rows, t.h, t.rows * t.h
+    dg = t.dst + 8 * n
+    if not n:
+        memset_zero(ctx, dg, 4 * t.gate_len)
+        return
+    table = offset_table(ctx, t.gate_off, "gate_off")
+
+    def grad_rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="row") as r:
+            b = sub.b
+            base, m = imul(b, r, h), row_offset(sub, t.gate_off, r, table)
+
+            def step(j: Index, w: int) -> None:
+                at = iadd(b, base, j)
+                dy = sub.load(t.dy, F32, at, w)
+                sub.store(t.dst, dy, at)
+                sub.store(t.dst + 4 * n, _f(b, "fmul", dy, sub.load(t.gate, F32, iadd(b, m, j), w)), at)
+            sub.vector_loop(h, step, name="dxy")
+    parallel_rows(ctx, rows, 16 * h, grad_rows)
+
+    def terms(sub: EmitContext, r: ir.Value, j: ir.Value, w: int) -> tuple:
+        b = sub.b
+        at = iadd(b, imul(b, r, h), j)
+        return (_f(b, "fmul", sub.load(t.dy, F32, at, w), sub.load(t.y, F32, at, w)),)
+    _offset_sums(ctx, rows, h, t.gate_off, table, t.gate_len, (dg,), terms)

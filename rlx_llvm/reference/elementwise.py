@@ -270,3 +270,24 @@ def conjugate_c64(arena: np.ndarray, t) -> None:
     """dst = (re, −im)."""
     re, im = gather_c64(arena, t.src, np.arange(t.len))
     store_c64(arena, t.dst, re, -im)
+
+
+# ── SplineActivation ────────────────────────────────────────────────────────
+
+@reference("SplineActivation")
+def spline_activation(arena: np.ndarray, t) -> None:
+    """`y[r, c] = Σ_g coeff[c, g]·exp(−((x − center_g)·inv_h)²)`: the grid (`step`, `center_g = gmin + g·step`,
+    `inv_h = 1/step`) in f32 as the kernel forms it, the rest in float64, rounded to f32 once."""
+    rows, ch, nb = t.rows, t.channels, t.num_basis
+    if not rows * ch:
+        return
+    gmin, gmax = np.float32(t.grid_min), np.float32(t.grid_max)
+    with np.errstate(all="ignore"):
+        step = np.float32((gmax - gmin) / np.float32(nb - 1)) if nb > 1 else np.float32(1.0)
+        inv_h = np.float32(np.float32(1.0) / step)
+        centers = (gmin + np.arange(nb, dtype=np.float32) * step).astype(np.float64)
+        x = view(arena, t.x, np.float32, rows * ch).reshape(rows, ch, 1).astype(np.float64)
+        coeff = view(arena, t.coeff, np.float32, ch * nb).reshape(ch, nb).astype(np.float64)
+        d = (x - centers) * float(inv_h)
+        y = (coeff * np.exp(-(d * d))).sum(axis=2) if nb else np.zeros((rows, ch))
+    view(arena, t.dst, np.float32, rows * ch)[:] = y.reshape(-1).astype(np.float32)

@@ -221,3 +221,64 @@ def group_norm_backward_beta(arena: np.ndarray, t) -> None:
     if t.c:
         with np.errstate(all="ignore"):
             _put(arena, t.dbeta, _nchw(arena, t, "dy").sum(axis=(0, 2)) if t.elems else np.zeros(t.c))
+
+
+# ── AdaLayerNorm / GatedResidual backward (packed outputs, per-row broadcast offsets) ──
+
+def _slices(offs, h: int) -> np.ndarray:
+    """`[rows, h]` element indices `offs[r] + j` into the modulation / gate buffer."""
+    return np.asarray(offs, dtype=np.int64).reshape(-1, 1) + np.arange(h)
+
+
+def ada_layer_norm_grads(x: np.ndarray, scale: np.ndarray, dy: np.ndarray, offs, eps: float, center: bool
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dx, dscale, dshift) of `y = ŷ·(1 + scale[m + j]) + shift[m + j]`, ŷ the forward's two-pass
+    LayerNorm (or RMS) without affine: `dx = inv·(g − mean(g) − ŷ·mean(g·ŷ))`, g = dy·(1 + scale[m + j]);
+    `dscale[k] = Σ dy·ŷ`, `dshift[k] = Σ dy` over every (row, j) with `m_row + j = k` (rows sharing a
+    slice add up, in row order; elements no row reads get 0)."""
+    cols = _slices(offs, x.shape[1])
+    eps = float(np.float32(eps))
+    if not x.size:
+        return x.copy(), np.zeros(scale.size), np.zeros(scale.size)
+    with np.errstate(all="ignore"):
+        if center:
+            mu = x.mean(axis=1, keepdims=True)
+            inv = 1.0 / np.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + eps)
+            xh = (x - mu) * inv
+        else:
+            inv = 1.0 / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps)
+            xh = x * inv
+        g = dy * (1.0 + scale[cols])
+        v = g - xh * (g * xh).mean(axis=1, keepdims=True)
+        dx = inv * (v - g.mean(axis=1, keepdims=True) if center else v)
+        dscale, dshift = np.zeros(scale.size), np.zeros(scale.size)
+        np.add.at(dscale, cols, dy * xh)
+        np.add.at(dshift, cols, dy)
+    return dx, dscale, dshift
+
+
+@reference("AdaLayerNormBackward")
+def ada_layer_norm_backward(arena: np.ndarray, t) -> None:
+    """Packed `[dx ‖ dscale ‖ dshift]` (`shift` is not read)."""
+    x, dy = _rows(arena, t, "x", "dy")
+    dx, ds, dt = ada_layer_norm_grads(x, _f64(arena, t.scale, t.mod_len), dy, t.mod_off, t.eps, t.layer_norm)
+    _put(arena, t.dst, np.concatenate([dx.reshape(-1), ds, dt]))
+
+
+def gated_residual_grads(y: np.ndarray, gate: np.ndarray, dy: np.ndarray, offs
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dx, dy_in, dgate) of `out = x + gate[m + j]·y`: `dx = dy`, `d(y) = dy·gate[m + j]`,
+    `dgate[k] = Σ dy·y` over every (row, j) with `m_row + j = k` (0 where no row reads)."""
+    cols = _slices(offs, y.shape[1])
+    dgate = np.zeros(gate.size)
+    with np.errstate(all="ignore"):
+        np.add.at(dgate, cols, dy * y)
+        return dy.copy(), dy * gate[cols], dgate
+
+
+@reference("GatedResidualBackward")
+def gated_residual_backward(arena: np.ndarray, t) -> None:
+    """Packed `[dx ‖ dy ‖ dgate]` (`x` is not read)."""
+    y, dy = _rows(arena, t, "y", "dy")
+    dx, dyy, dg = gated_residual_grads(y, _f64(arena, t.gate, t.gate_len), dy, t.gate_off)
+    _put(arena, t.dst, np.concatenate([dx.reshape(-1), dyy.reshape(-1), dg]))

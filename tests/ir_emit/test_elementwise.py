@@ -663,3 +663,83 @@ def test_bad_thunk_is_rejected(fld: str, thunk) -> None:
         rl.compile(rl.ThunkSchedule([thunk], arena_bytes=4096), cache=False)
     assert info.value.field == fld
     assert repr(fld) in str(info.value)
+
+
+# ── SplineActivation: its own Suite (sentinel bytes, 1 vs all threads, native) ──
+
+from tests.ir_emit.test_norms import WIDTHS as SPLINE_WIDTHS  # noqa: E402
+from tests.ir_emit.test_norms import Suite, suite_tests  # noqa: E402
+
+SPLINE_GRIDS = {"std": (-2.0, 2.0), "wide": (-5.0, 3.0), "reversed": (2.0, -1.0), "flat": (0.5, 0.5)}
+
+
+def spline_x(s: Suite, rows: int, ch: int, gmin: float, gmax: float) -> np.ndarray:
+    """Normals over the grid, then exact grid points, far-outside values, NaN and ±inf."""
+    x = s.normal(rows * ch, 1.5 * max(abs(gmax - gmin), 1.0) / 2, (gmin + gmax) / 2)
+    special = [gmin, gmax, np.nan, np.inf, -np.inf, 1e30, -40.0, 0.0]
+    k = min(x.size, len(special))
+    x[s.rng.choice(x.size, k, replace=False)] = np.array(special[:k], np.float32)
+    return x
+
+
+def add_spline(s: Suite, rows: int, ch: int, nb: int, grid: str, tag: str = "", inplace: bool = False) -> None:
+    gmin, gmax = SPLINE_GRIDS[grid]
+    x = s.put(spline_x(s, rows, ch, gmin, gmax))
+    dst, o = (x, (x, np.dtype(np.float32), rows * ch)) if inplace else s.out(np.float32, rows * ch)
+    s.add(f"SplineActivation-{rows}x{ch}-nb{nb}-{grid}{tag}",
+          T.SplineActivation(x=x, coeff=s.put(s.normal(ch * nb)), dst=dst, rows=rows, channels=ch, num_basis=nb,
+                             grid_min=gmin, grid_max=gmax), [o], rtol=1e-5, atol=1e-5)
+
+
+def build_spline() -> Suite:
+    s = Suite(seed=21)
+    for ch in SPLINE_WIDTHS:
+        for rows in ((0, 1, 7) if ch in (W + 1, 771) else (7,)):
+            for nb in (1, 2, 8):
+                add_spline(s, rows, ch, nb, "std")
+    for grid in SPLINE_GRIDS:
+        for nb in (0, 1, 5, 33):
+            add_spline(s, 5, W + 3, nb, grid)
+    add_spline(s, 97, 771, 8, "std", tag="-threads")
+    add_spline(s, 6, 2 * W + 1, 4, "wide", tag="-inplace", inplace=True)
+    return s
+
+
+SPLINE_SUITE = build_spline()
+
+(outcome, test_spline_matches_reference, test_spline_leaves_other_bytes_alone,
+ test_spline_thread_count_does_not_change_results, test_spline_is_native) = suite_tests(SPLINE_SUITE, ("elementwise",))
+
+
+def test_spline_reference_is_the_formula() -> None:
+    """The reference against a literal per-element loop of semantics.md §3.8 in float64 (grid in f32)."""
+    rows, ch, nb, gmin, gmax = 3, 4, 6, -1.5, 2.5
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal(rows * ch) * 2).astype(np.float32)
+    coeff = rng.standard_normal(ch * nb).astype(np.float32)
+    arena = np.zeros(1024, np.uint8)
+    arena[:x.nbytes] = x.view(np.uint8)
+    arena[256:256 + coeff.nbytes] = coeff.view(np.uint8)
+    ref.REFERENCES["SplineActivation"](arena, T.SplineActivation(x=0, coeff=256, dst=512, rows=rows, channels=ch,
+                                                                   num_basis=nb, grid_min=gmin, grid_max=gmax))
+    got = arena[512:512 + 4 * rows * ch].view(np.float32)
+    step = (gmax - gmin) / (nb - 1)
+    want = [sum(float(coeff[c * nb + g]) * math.exp(-(((float(x[r * ch + c]) - (gmin + g * step)) / step) ** 2))
+                for g in range(nb)) for r in range(rows) for c in range(ch)]
+    np.testing.assert_allclose(got, np.array(want, np.float32), rtol=1e-6, atol=1e-6)
+
+
+def test_spline_edge_values(outcome) -> None:
+    """NaN x → NaN; ±inf and far-away x → exactly 0; a flat grid (step 0, inv_h = inf) is NaN exactly at the
+    grid point, 0 elsewhere; num_basis = 0 gives 0."""
+    def y_of(name: str) -> tuple[np.ndarray, np.ndarray]:
+        c = outcome.case(name)
+        off, _, n = c.outputs[0]
+        xs = outcome.before[c.thunk.x:c.thunk.x + 4 * n].view(np.float32)
+        return xs, outcome.got[off:off + 4 * n].view(np.float32)
+    x, y = y_of(f"SplineActivation-5x{W + 3}-nb5-std")
+    assert np.isnan(y[np.isnan(x)]).all() and (y[np.isinf(x) | (np.abs(x) > 1e20)] == 0).all()
+    x, y = y_of(f"SplineActivation-5x{W + 3}-nb5-flat")
+    assert np.isnan(y[x == 0.5]).all() and (y[(x != 0.5) & ~np.isnan(x)] == 0).all()
+    _, y = y_of(f"SplineActivation-5x{W + 3}-nb0-std")
+    assert (y == 0).all()

@@ -172,9 +172,49 @@ def add_group_norm(s: Suite) -> None:
               rtol=1e-5, atol=1e-5)
 
 
+def modulation_maps(s: Suite, rows: int, h: int) -> dict:
+    """name → (mod_len, per-row offsets): the broadcast maps AdaLayerNorm/GatedResidual see, and overlaps."""
+    return {"batch": (2 * h, tuple((r * 2 // max(rows, 1)) * h for r in range(rows))),   # [B, 1, D], B = 2
+            "rows": (rows * h, tuple(r * h for r in range(rows))),                        # no broadcast
+            "shared": (h + 3, (0,) * rows),                 # every row one slice; 3 elements no row reads
+            "table": (3 * h, tuple(int(v) for v in s.rng.integers(0, 2 * h + 1, rows)))}  # arbitrary, overlapping
+
+
+def add_modulated(s: Suite, rows: int, h: int, maps: dict, tag: str = "") -> None:
+    """AdaLayerNormBackward (LayerNorm and RMS) and GatedResidualBackward over the broadcast maps `maps`."""
+    n = rows * h
+    for mname, (mod_len, offs) in maps.items():
+        for ln in (True, False):
+            dy = s.normal(n)
+            if n > 2 * h + 3:   # an inf and a NaN upstream gradient
+                dy[h + 1], dy[2 * h + 2] = np.inf, np.nan
+            dst, o = s.out(np.float32, n + 2 * mod_len)
+            s.add(f"AdaLayerNormBackward-{rows}x{h}-{mname}-ln{int(ln)}{tag}", T.AdaLayerNormBackward(
+                x=s.put(special_rows(s, rows, h)), scale=s.put(s.normal(mod_len, 0.5)), shift=s.put(s.normal(mod_len)),
+                dy=s.put(dy), dst=dst, rows=rows, h=h, eps=1e-6, layer_norm=ln, mod_len=mod_len, mod_off=offs), [o],
+                rtol=1e-4, atol=1e-4)
+        y, dy = s.normal(n), s.normal(n)
+        if n > 2 * h + 3:
+            y[h + 1], dy[2 * h + 2], y[n - 1] = np.nan, np.inf, -np.inf
+        dst, o = s.out(np.float32, 2 * n + mod_len)
+        s.add(f"GatedResidualBackward-{rows}x{h}-{mname}{tag}", T.GatedResidualBackward(
+            x=s.put(s.normal(n)), y=s.put(y), gate=s.put(s.normal(mod_len)), dy=s.put(dy), dst=dst, rows=rows, h=h,
+            gate_len=mod_len, gate_off=offs), [o], rtol=1e-5, atol=1e-5)
+
+
+def add_modulations(s: Suite) -> None:
+    for h in WIDTHS:
+        for rows in ((0, 1, 7) if h in (W + 1, 771) else (7,)):
+            add_modulated(s, rows, h, modulation_maps(s, rows, h))
+    add_modulated(s, 3, 0, {"empty": (5, (0, 2, 5))})   # h = 0: only zeros for the modulation gradients
+    for mname in ("batch", "rows", "shared"):   # big enough to split rows and modulation elements across threads
+        add_modulated(s, 97, 771, {mname: modulation_maps(s, 97, 771)[mname]}, tag="-threads")
+
+
 def build() -> Suite:
     s = Suite(seed=11)
     add_norms(s)
+    add_modulations(s)
     add_batch_norm(s)
     add_group_norm(s)
     add_cumsum(s)
@@ -355,3 +395,102 @@ def _rope_backward(**kw) -> T.RopeBackward:
     (dict(n_rot=10), "n_rot"), (dict(cos_row_stride=3), "cos_row_stride"), (dict(cos_len=15), "cos_len")])
 def test_rope_backward_rejects(kw: dict, field: str) -> None:
     expect_invalid(_rope_backward(**kw), 4096, field, FAMILIES)
+
+
+# ── AdaLayerNorm / GatedResidual backward against finite differences of the forward references ──
+
+def _ada_forward(x, scale, shift, offs, ln: bool, eps: float) -> np.ndarray:
+    rows, h = x.shape
+    t = T.AdaLayerNorm(src=0, scale=1024, shift=2048, dst=4096, rows=rows, h=h, eps=eps, layer_norm=ln,
+                       mod_len=scale.size, mod_off=offs)
+    return out_f32(run_ref(t, 8192, {0: x.astype(np.float32).reshape(-1), 1024: scale, 2048: shift}), 4096,
+                   rows * h).reshape(rows, h)
+
+
+@pytest.mark.parametrize("ln", [True, False])
+def test_ada_layer_norm_backward_is_the_derivative_of_the_forward(ln: bool) -> None:
+    """dx, dscale, dshift against central differences of `Σ dy·AdaLayerNorm(x)`: the float64 core with the
+    forward's float64 math (tight), and the AdaLayerNormBackward reference against the f32 forward reference.
+    Rows 0 and 2 share a modulation slice, row 1 overlaps it half-way: their contributions add up, and the
+    elements no row reads (the last 2) get 0."""
+    rng = np.random.default_rng(7)
+    rows, h, eps, offs = 3, 6, 1e-5, (0, 3, 0)
+    mod_len = 11
+    x, dy = rng.standard_normal((rows, h)) * 2 + 0.5, rng.standard_normal((rows, h))
+    scale, shift = rng.standard_normal(mod_len) * 0.5, rng.standard_normal(mod_len)
+    cols = np.asarray(offs)[:, None] + np.arange(h)
+
+    def loss(x, scale, shift):   # the forward in float64: two-pass LayerNorm (or RMS), no affine, then modulation
+        y = normalize_rows(x, eps, ln, two_pass=True) * (1 + scale[cols]) + shift[cols]
+        return float((dy * y).sum())
+    dx, ds, dt = nb.ada_layer_norm_grads(x, scale, dy, offs, eps, ln)
+    np.testing.assert_allclose(dx, numeric_grad(lambda v: loss(v, scale, shift), x), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(ds, numeric_grad(lambda v: loss(x, v, shift), scale), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(dt, numeric_grad(lambda v: loss(x, scale, v), shift), rtol=1e-6, atol=1e-7)
+    assert (ds[9:] == 0).all() and (dt[9:] == 0).all()
+    np.testing.assert_allclose(dt[:3], dy[0, :3] + dy[2, :3])            # two rows on one element
+    np.testing.assert_allclose(dt[3:6], (dy[0, 3:] + dy[1, :3] + dy[2, 3:]))  # three rows
+
+    # the packed reference against finite differences of the f32 forward reference (loss in f64)
+    x32, dy32 = x.astype(np.float32), dy.astype(np.float32)
+    s32, t32 = scale.astype(np.float32), shift.astype(np.float32)
+    got = out_f32(run_ref(T.AdaLayerNormBackward(x=0, scale=1024, shift=2048, dy=3072, dst=4096, rows=rows, h=h,
+                                                 eps=eps, layer_norm=ln, mod_len=mod_len, mod_off=offs), 8192,
+                          {0: x32.reshape(-1), 1024: s32, 2048: t32, 3072: dy32.reshape(-1)}), 4096,
+                  rows * h + 2 * mod_len)
+    f32_loss = lambda xx, ss, tt: float((dy32.astype(np.float64) * _ada_forward(  # noqa: E731
+        xx, ss.astype(np.float32), tt.astype(np.float32), offs, ln, eps)).sum())
+    step = 2.0 ** -8
+    fd = lambda f, v: np.array([(f(v + e * step) - f(v - e * step)) / (2 * step)  # noqa: E731
+                                for e in np.eye(v.size).reshape(v.size, *v.shape)])
+    np.testing.assert_allclose(got[:rows * h], fd(lambda v: f32_loss(v, s32, t32), x32.astype(np.float64)),
+                               rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(got[rows * h:rows * h + mod_len], fd(lambda v: f32_loss(x32, v, t32),
+                                                                    s32.astype(np.float64)), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(got[rows * h + mod_len:], fd(lambda v: f32_loss(x32, s32, v), t32.astype(np.float64)),
+                               rtol=1e-3, atol=1e-3)
+
+
+def test_gated_residual_backward_is_the_derivative_of_the_forward() -> None:
+    """`[dx ‖ dy ‖ dgate]` against central differences of `Σ dy·GatedResidual(x, y, gate)` (forward reference);
+    overlapping gate slices add up, unread gate elements get 0."""
+    rng = np.random.default_rng(8)
+    rows, h, offs, gate_len = 3, 5, (0, 2, 0), 9
+    n = rows * h
+    x, y, dy = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    gate = rng.standard_normal(gate_len).astype(np.float32)
+    inputs = {0: x, 1024: y, 2048: gate}
+    fwd = T.GatedResidual(x=0, y=1024, gate=2048, dst=4096, rows=rows, h=h, gate_len=gate_len, gate_off=offs)
+
+    def fd(off: int, v: np.ndarray) -> np.ndarray:   # the forward is affine in each input: any step will do
+        loss = lambda u: float(out_f32(run_ref(fwd, 8192, {**inputs, off: u.astype(np.float32)}), 4096,  # noqa: E731
+                                       n).astype(np.float64) @ dy.astype(np.float64))
+        return np.array([(loss(v + e / 8) - loss(v - e / 8)) * 4 for e in np.eye(v.size, dtype=np.float32)])
+    got = out_f32(run_ref(T.GatedResidualBackward(x=0, y=1024, gate=2048, dy=3072, dst=4096, rows=rows, h=h,
+                                                  gate_len=gate_len, gate_off=offs), 8192, {**inputs, 3072: dy}),
+                  4096, 2 * n + gate_len)
+    for part, (off, v) in zip((got[:n], got[n:2 * n], got[2 * n:]), ((0, x), (1024, y), (2048, gate))):
+        np.testing.assert_allclose(part, fd(off, v), rtol=1e-5, atol=1e-5)
+    assert (got[2 * n + 7:] == 0).all()
+
+
+# ── bad inputs: the forward's offset rules ──────────────────────────────────
+
+def test_ada_layer_norm_backward_offsets_per_row() -> None:
+    expect_invalid(T.AdaLayerNormBackward(x=0, scale=1024, shift=2048, dy=3072, dst=4096, rows=4, h=8, eps=1e-6,
+                                          layer_norm=True, mod_len=16, mod_off=(0, 8, 0)), 8192, "mod_off", FAMILIES)
+
+
+def test_ada_layer_norm_backward_offsets_inside_mod_len() -> None:
+    expect_invalid(T.AdaLayerNormBackward(x=0, scale=1024, shift=2048, dy=3072, dst=4096, rows=2, h=8, eps=1e-6,
+                                          layer_norm=False, mod_len=16, mod_off=(0, 9)), 8192, "mod_off", FAMILIES)
+
+
+def test_gated_residual_backward_offsets_per_row() -> None:
+    expect_invalid(T.GatedResidualBackward(x=0, y=1024, gate=2048, dy=3072, dst=4096, rows=2, h=8, gate_len=16,
+                                           gate_off=(0,)), 8192, "gate_off", FAMILIES)
+
+
+def test_gated_residual_backward_offsets_inside_gate_len() -> None:
+    expect_invalid(T.GatedResidualBackward(x=0, y=1024, gate=2048, dy=3072, dst=4096, rows=2, h=8, gate_len=8,
+                                           gate_off=(0, 8)), 8192, "gate_off", FAMILIES)
