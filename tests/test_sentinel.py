@@ -60,4 +60,4 @@ def test_sentinel_bytes_survive(compiled):
 def test_every_example_kind_is_lowered_natively():
     cov = rl.coverage()
     kinds = {type(t).__name__ for t, _ in examples()}
-    assert {k: cov[k] for k in kinds if cov[k] != "llvm"} == {}
+    assert {k: cov[k] for k in kinds if cov[k] not in ("llvm", "blas")} == {}
