@@ -476,7 +476,8 @@ def rope(ctx: EmitContext, t) -> None:
     parallel_rows(ctx, rows, 8 * t.hidden, lambda sub, s, e: _rope_rows(sub, t, s, e))
 
 
-def _rope_rows(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> None:
+def _rope_rows(ctx: EmitContext, t, start: ir.Value, stop: ir.Value, inverse: bool = False) -> None:
+    """Rows [start, stop) of a Rope; `inverse` rotates by −θ (sin negated: RopeBackward's transpose)."""
     b = ctx.b
     hd, r = t.head_dim, t.n_rot // 2
     per_token = rope_per_token(t)
@@ -489,23 +490,26 @@ def _rope_rows(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> None:
             sx = iadd(b, src_row, imul(b, h, hd))
             dx = iadd(b, dst_row, imul(b, h, hd))
             if r:
-                if t.interleaved:
-                    _rope_pairs(ctx, t, r, sx, dx, tab)
-                else:
-                    _rope_halves(ctx, t, r, sx, dx, tab)
+                (_rope_pairs if t.interleaved else _rope_halves)(ctx, t, r, sx, dx, tab, inverse)
             if hd > t.n_rot:
                 ctx.vector_loop(hd - t.n_rot, lambda d, w: ctx.store(
                     t.dst, ctx.load(t.src, F32, iadd(b, iadd(b, sx, t.n_rot), d), w),
                     iadd(b, iadd(b, dx, t.n_rot), d)), name="pass")
 
 
-def _rope_halves(ctx: EmitContext, t, r: int, sx, dx, tab) -> None:
+def _angles(ctx: EmitContext, t, tab, i, w: int, inverse: bool) -> tuple[ir.Value, ir.Value]:
+    """cos and sin of the pairs `i .. i + w` from the table row `tab` (sin negated when `inverse`)."""
+    c = ctx.load(t.cos, F32, iadd(ctx.b, tab, i), w)
+    s = ctx.load(t.sin, F32, iadd(ctx.b, tab, i), w)
+    return c, (ctx.b.fneg(s) if inverse else s)
+
+
+def _rope_halves(ctx: EmitContext, t, r: int, sx, dx, tab, inverse: bool = False) -> None:
     """NeoX: `y[i] = x[i]c − x[i+r]s`, `y[i+r] = x[i+r]c + x[i]s`."""
     b = ctx.b
 
     def body(i: ir.Value, w: int) -> None:
-        c = ctx.load(t.cos, F32, iadd(b, tab, i), w)
-        s = ctx.load(t.sin, F32, iadd(b, tab, i), w)
+        c, s = _angles(ctx, t, tab, i, w, inverse)
         x0 = ctx.load(t.src, F32, iadd(b, sx, i), w)
         x1 = ctx.load(t.src, F32, iadd(b, iadd(b, sx, r), i), w)
         ctx.store(t.dst, b.fsub(b.fmul(x0, c), b.fmul(x1, s)), iadd(b, dx, i))
@@ -513,14 +517,13 @@ def _rope_halves(ctx: EmitContext, t, r: int, sx, dx, tab) -> None:
     ctx.vector_loop(r, body, name="rot")
 
 
-def _rope_pairs(ctx: EmitContext, t, r: int, sx, dx, tab) -> None:
+def _rope_pairs(ctx: EmitContext, t, r: int, sx, dx, tab, inverse: bool = False) -> None:
     """GPT-J: `(x[2i], x[2i+1]) → (x[2i]c − x[2i+1]s, x[2i+1]c + x[2i]s)`, `w` pairs per 2w-vector."""
     b = ctx.b
 
     def body(i: ir.Value, w: int) -> None:
         n = 2 * w
-        c = ctx.load(t.cos, F32, iadd(b, tab, i), w)
-        s = ctx.load(t.sin, F32, iadd(b, tab, i), w)
+        c, s = _angles(ctx, t, tab, i, w, inverse)
         x = ctx.load(t.src, F32, iadd(b, sx, imul(b, i, 2)), n)
         y = _rotate_pairs(b, x, c, s, w)
         ctx.store(t.dst, y, iadd(b, dx, imul(b, i, 2)))

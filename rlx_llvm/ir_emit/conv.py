@@ -114,14 +114,13 @@ def check_pool(t) -> None:
 def check_conv(t) -> None:
     """Groups that divide both channel counts; positive kernel, stride, dilation; output dims that
     match the input; GEMM dims within 32-bit BLAS integers."""
-    if t.groups < 1:
-        raise ValidationError(f"groups = {t.groups} must be ≥ 1", field="groups")
-    for field in ("c_in", "c_out"):
-        if getattr(t, field) % t.groups:
-            raise ValidationError(f"{field} = {getattr(t, field)} is not divisible by groups = {t.groups}",
-                                  field="groups")
-    axes = conv_axes(t)
-    _check_axes(axes, t)
+    _check_conv_geometry(t, conv_axes(t))
+
+
+def _check_conv_geometry(t, axes: tuple[Axis, Axis, Axis], dil_fields: "dict | None" = None) -> None:
+    """The im2col + GEMM rules shared by Conv2D/Conv3d and their weight gradients."""
+    _check_groups(t, "c_in", "c_out")
+    _check_axes(axes, t, dil_fields)
     k = t.c_in // t.groups * math.prod(ax.k for ax in axes)
     p = math.prod(ax.out for ax in axes)
     for field, what, value in (("c_in", "c_in/groups·kernel volume", k), ("h_out", "output pixels", p),
@@ -589,7 +588,7 @@ def max_pool_backward(ctx: EmitContext, t) -> None:
     Like the forward, border columns are scalar and interior columns search `W` windows per vector
     (strided loads as in `pool_window`); the `W` gradients are then added lane by lane, in output
     order, so overlapping windows accumulate exactly as in the scalar loop."""
-    dz, hz, wz = axes = pool_axes(t)
+    dz, hz, wz = pool_axes(t)
     planes = t.n * t.c
     in_plane, out_plane = dz.size * hz.size * wz.size, dz.out * hz.out * wz.out
     if planes == 0 or in_plane == 0:
@@ -687,16 +686,7 @@ def weight_grad_axes(t) -> tuple[Axis, Axis, Axis]:
 
 def check_conv_backward_weight(t) -> None:
     """The forward Conv2D / Conv3d rules (groups, kernel, stride, dilation, output sizes, GEMM dims)."""
-    _check_groups(t, "c_in", "c_out")
-    axes = weight_grad_axes(t)
-    _check_axes(axes, t, {"w": "dw_dil"})
-    k = t.c_in // t.groups * math.prod(ax.k for ax in axes)
-    p = math.prod(ax.out for ax in axes)
-    for field, what, value in (("c_in", "c_in/groups·kernel volume", k), ("h_out", "output pixels", p),
-                               ("c_out", "c_out/groups", t.c_out // t.groups)):
-        if value > BLAS_INT_MAX:
-            raise ValidationError(f"{what} = {value} exceeds the 32-bit BLAS integer bound {BLAS_INT_MAX}",
-                                  field=field)
+    _check_conv_geometry(t, weight_grad_axes(t), {"w": "dw_dil"})
 
 
 def conv_backward_weight(ctx: EmitContext, t) -> None:

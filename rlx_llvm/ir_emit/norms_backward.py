@@ -20,13 +20,13 @@
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Callable
 
 from llvmlite import ir
 
 from ..ops import ScatterNdReduction
-from .attention import _rotate_pairs, check_rope, rope_per_token
+from ..thunks.attention import Rope
+from .attention import _rope_rows, check_rope
 from .core import F32, F64, FASTMATH, I32, I64, EmitContext, vec, width_of
 from .indexing import guarded, row_id, scatter_slice
 from .movement import memset_zero
@@ -249,11 +249,11 @@ def gather_backward(ctx: EmitContext, t) -> None:
 
 # ── RopeBackward ────────────────────────────────────────────────────────────
 
-def as_rope(t) -> SimpleNamespace:
+def as_rope(t) -> Rope:
     """The Rope whose transpose `t` is: dy → dx, contiguous rows, same tables, stride and pairing."""
-    return SimpleNamespace(src=t.dy, dst=t.dx, cos=t.cos, sin=t.sin, batch=t.batch, seq=t.seq, hidden=t.hidden,
-                           head_dim=t.head_dim, n_rot=t.n_rot, cos_len=t.cos_len, cos_row_stride=t.cos_row_stride,
-                           src_row_stride=t.hidden, interleaved=t.interleaved)
+    return Rope(src=t.dy, dst=t.dx, cos=t.cos, sin=t.sin, batch=t.batch, seq=t.seq, hidden=t.hidden,
+                head_dim=t.head_dim, n_rot=t.n_rot, cos_len=t.cos_len, cos_row_stride=t.cos_row_stride,
+                src_row_stride=t.hidden, interleaved=t.interleaved)
 
 
 def check_rope_backward(t) -> None:
@@ -266,54 +266,7 @@ def rope_backward(ctx: EmitContext, t) -> None:
     """Rotate every head's first `n_rot` dims by −θ: `dx0 = dy0·c + dy1·s`, `dx1 = dy1·c − dy0·s`; copy the rest."""
     rows = t.batch * t.seq
     if rows and t.hidden:
-        parallel_rows(ctx, rows, 8 * t.hidden, lambda sub, s, e: _rope_backward_rows(sub, as_rope(t), s, e))
-
-
-def _rope_backward_rows(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> None:
-    b = ctx.b
-    hd, r = t.head_dim, t.n_rot // 2
-    per_token = rope_per_token(t)
-    with ctx.for_range(start, stop, name="row") as row:
-        pos = row if per_token else b.urem(row, I64(t.seq))
-        tab = imul(b, pos, t.cos_row_stride)
-        with ctx.for_range(0, t.hidden // hd, name="head") as h:
-            at = iadd(b, imul(b, row, t.hidden), imul(b, h, hd))
-            if r:
-                (_pairs_back if t.interleaved else _halves_back)(ctx, t, r, at, tab)
-            if hd > t.n_rot:
-                ctx.vector_loop(hd - t.n_rot, lambda d, w: ctx.store(
-                    t.dst, ctx.load(t.src, F32, iadd(b, iadd(b, at, t.n_rot), d), w), iadd(b, iadd(b, at, t.n_rot), d)),
-                    name="pass")
-
-
-def _angles(ctx: EmitContext, t, tab: Index, i: Index, w: int) -> tuple[ir.Value, ir.Value]:
-    """`(c, −s)` of the pairs `i .. i + w`: the table row of the forward, sin negated."""
-    at = iadd(ctx.b, tab, i)
-    return ctx.load(t.cos, F32, at, w), ctx.b.fneg(ctx.load(t.sin, F32, at, w))
-
-
-def _halves_back(ctx: EmitContext, t, r: int, at: Index, tab: Index) -> None:
-    """NeoX transposed: the forward's `(x0c − x1s, x1c + x0s)` with s → −s."""
-    b = ctx.b
-
-    def body(i: ir.Value, w: int) -> None:
-        c, s = _angles(ctx, t, tab, i, w)
-        lo, hi = iadd(b, at, i), iadd(b, iadd(b, at, r), i)
-        x0, x1 = ctx.load(t.src, F32, lo, w), ctx.load(t.src, F32, hi, w)
-        ctx.store(t.dst, b.fsub(b.fmul(x0, c), b.fmul(x1, s)), lo)
-        ctx.store(t.dst, b.fadd(b.fmul(x1, c), b.fmul(x0, s)), hi)
-    ctx.vector_loop(r, body, name="rot")
-
-
-def _pairs_back(ctx: EmitContext, t, r: int, at: Index, tab: Index) -> None:
-    """GPT-J transposed: Rope's `_rotate_pairs` with s → −s."""
-    b = ctx.b
-
-    def body(i: ir.Value, w: int) -> None:
-        c, s = _angles(ctx, t, tab, i, w)
-        pair = iadd(b, at, imul(b, i, 2))
-        ctx.store(t.dst, _rotate_pairs(b, ctx.load(t.src, F32, pair, 2 * w), c, s, w), pair)
-    ctx.vector_loop(r, body, width=max(1, ctx.lanes // 2), name="rot")
+        parallel_rows(ctx, rows, 8 * t.hidden, lambda sub, s, e: _rope_rows(sub, as_rope(t), s, e, inverse=True))
 
 
 # ── BatchNormInference backward ([count, channels], statistics are inputs) ──

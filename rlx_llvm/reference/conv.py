@@ -13,15 +13,17 @@ from ..ops import ReduceOp
 from . import reference, view
 
 
-def _dims(t, conv: bool) -> tuple:
-    """(d, h, w), (d_out, h_out, w_out), kernel, stride, padding, dilation of a 2-D or 3-D kind."""
+def _dims(t, conv: bool, w_dilation: str = "dw", width: str = "w") -> tuple:
+    """(d, h, w), (d_out, h_out, w_out), kernel, stride, padding, dilation of a 2-D or 3-D kind
+    (`w_dilation`, `width` name the fields: the weight gradients call the width dilation `dw_dil`,
+    the transposed convolutions the input width `w_in`)."""
     three = hasattr(t, "kd")
-    size = (t.d if three else 1, t.h, t.w)
+    size = (t.d if three else 1, t.h, getattr(t, width))
     out = (t.d_out if three else 1, t.h_out, t.w_out)
     k = (t.kd if three else 1, t.kh, t.kw)
     s = (t.sd if three else 1, t.sh, t.sw)
     p = (t.pd if three else 0, t.ph, t.pw)
-    dil = (t.dd if three else 1, t.dh, t.dw) if conv else (1, 1, 1)
+    dil = (t.dd if three else 1, t.dh, getattr(t, w_dilation)) if conv else (1, 1, 1)
     return size, out, k, s, p, dil
 
 
@@ -101,16 +103,8 @@ def _conv_transpose(x: np.ndarray, w: np.ndarray, size, out, k, s, p, dil) -> np
 
 def _tdims(t, backward_input: bool) -> tuple:
     """Scattered size, output size, kernel, stride, padding, dilation of a transposed conv."""
-    three = hasattr(t, "kd")
-    size = (t.d if three else 1, t.h, t.w_in)
-    out = (t.d_out if three else 1, t.h_out, t.w_out)
-    if backward_input:
-        size, out = out, size
-    k = (t.kd if three else 1, t.kh, t.kw)
-    s = (t.sd if three else 1, t.sh, t.sw)
-    p = (t.pd if three else 0, t.ph, t.pw)
-    dil = (t.dd if three else 1, t.dh, t.dw)
-    return size, out, k, s, p, dil
+    size, out, k, s, p, dil = _dims(t, conv=True, width="w_in")
+    return (out, size, k, s, p, dil) if backward_input else (size, out, k, s, p, dil)
 
 
 def _run_transpose(arena, src, weight, dst, n, cin, cout, groups, dims) -> None:
@@ -164,13 +158,7 @@ def max_pool_backward(arena: np.ndarray, t) -> None:
 @reference("Conv2dBackwardWeight", "Conv3dBackwardWeight")
 def conv_backward_weight(arena: np.ndarray, t) -> None:
     """`dw[g, co, c, tap] = Σ_{n, out} dy·x` over the outputs whose tap is inside the input (padded taps skipped)."""
-    three = hasattr(t, "kd")
-    size = (t.d if three else 1, t.h, t.w)
-    out = (t.d_out if three else 1, t.h_out, t.w_out)
-    k = (t.kd if three else 1, t.kh, t.kw)
-    s = (t.sd if three else 1, t.sh, t.sw)
-    p = (t.pd if three else 0, t.ph, t.pw)
-    dil = (t.dd if three else 1, t.dh, t.dw_dil)
+    size, out, k, s, p, dil = _dims(t, conv=True, w_dilation="dw_dil")
     g, cin_g, cout_g = t.groups, t.c_in // t.groups, t.c_out // t.groups
     x = view(arena, t.x, np.float32, t.n * t.c_in * int(np.prod(size))).astype(np.float64)
     x = x.reshape(t.n, g, cin_g, *size)
