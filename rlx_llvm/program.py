@@ -15,7 +15,8 @@ from llvmlite import ir
 from . import jit
 from .arena import ALIGNMENT, Arena
 from .errors import ExecutionError, ValidationError
-from .ir_emit import registry, shared
+from . import registry
+from .ir_emit import shared_bodies
 from .ir_emit.core import I32, I64, PTR, EmitContext, snake
 from .validate import validate_schedule
 
@@ -79,7 +80,7 @@ class _FallbackStep:
 def _plan(schedule) -> list:
     steps: list = []
     for i, t in enumerate(schedule.thunks):
-        low = registry.LOWERINGS[type(t).__name__]
+        low = registry.LOWERINGS[type(t)]
         if low.emit is not None:
             if not steps or not isinstance(steps[-1], _NativeStep):
                 steps.append(_NativeStep(f"segment{sum(isinstance(s, _NativeStep) for s in steps)}", []))
@@ -112,7 +113,7 @@ class _ModuleBuilder:
     def thunk_function(self, index: int, thunk) -> ir.Function:
         name = f"t{index}_{snake(type(thunk).__name__)}"
         fn = self._function(name)
-        low = registry.LOWERINGS[type(thunk).__name__]
+        low = registry.LOWERINGS[type(thunk)]
         t0 = time.perf_counter()
         if low.shared_body:
             ctx = self._call_shared_body(fn, index, thunk)
@@ -137,14 +138,14 @@ class _ModuleBuilder:
 
     def _emit(self, fn: ir.Function, index: int, thunk, fields: bool) -> EmitContext:
         ctx = EmitContext(self.module, fn, index, thunk, self.schedule, self.lanes, self.declare, fields=fields)
-        registry.LOWERINGS[type(thunk).__name__].emit(ctx, thunk)
+        registry.LOWERINGS[type(thunk)].emit(ctx, thunk)
         ctx.finish()
         return ctx
 
     def _call_shared_body(self, fn: ir.Function, index: int, thunk) -> EmitContext:
         """Fill the buffer table and call the body shared by every thunk with the same canonical
-        form (`ir_emit.shared`), emitting that body on first use."""
-        form, bases = shared.canonical(thunk)
+        form (`ir_emit.shared_bodies`), emitting that body on first use."""
+        form, bases = shared_bodies.canonical(thunk)
         key = repr(form)
         if key not in self.bodies:
             body = self._function(f"{fn.name}.body")
@@ -199,8 +200,7 @@ def compile(schedule, *, opt_level: int = 3, cache: "bool | str | os.PathLike | 
     store = _resolve_cache(cache)
     warm = _warm_lookup(store, schedule, opt_level) if store is not None else None
     if warm is None:
-        from .ir_emit import load_all
-        load_all()
+        registry.load_all()
         validate_schedule(schedule, registry.LOWERINGS)
     return Program(schedule, opt_level, store, warm)
 
@@ -272,8 +272,7 @@ def _unresolved(externals: list[str]) -> list[str]:
     if missing():
         from .kernels import blas  # noqa: F401  (registers every rlx_<routine> it resolves)
     if missing():
-        from .ir_emit import load_all
-        load_all()
+        registry.load_all()
     return missing()
 
 
@@ -307,7 +306,7 @@ class Program:
     def _build(self, cache) -> None:
         """Cold path: plan, emit one function per thunk, compile (or load the object by IR hash)."""
         self._steps = _plan(self.schedule)
-        self._paths = [registry.LOWERINGS[type(t).__name__].path for t in self.schedule.thunks]
+        self._paths = [registry.LOWERINGS[type(t)].path for t in self.schedule.thunks]
         t0 = time.perf_counter()
         mb = _ModuleBuilder(self.schedule, jit.host().lanes(32))
         for step in self._steps:
@@ -354,9 +353,8 @@ class Program:
             if i in segments:
                 steps.append(segments[i])
             elif i not in native:
-                from .ir_emit import load_all
-                load_all()
-                steps.append(_FallbackStep(i, t, registry.LOWERINGS[type(t).__name__].run))
+                registry.load_all()
+                steps.append(_FallbackStep(i, t, registry.LOWERINGS[type(t)].run))
         self._steps = steps
         self._timings = {"warm start": 0.0}
         self._warm = True
@@ -445,7 +443,7 @@ class Program:
 
 def _describe(kind: str, status: int) -> str:
     """What a native status means: BLAS/LAPACK lowerings share one table (kernels.blas.Status)."""
-    low = registry.LOWERINGS.get(kind)
+    low = registry.LOWERINGS.get(registry.ALL_THUNKS.get(kind))
     if low is not None and low.path == "blas":
         from .kernels.blas import describe_status
         return describe_status(status)

@@ -68,7 +68,7 @@ def validate_schedule(schedule, lowerings: dict) -> None:
     for i, t in enumerate(schedule.thunks):
         if not isinstance(t, Thunk):
             raise ValidationError(f"not a thunk: {t!r}", index=i)
-        low = lowerings.get(type(t).__name__)
+        low = lowerings.get(type(t))
         validate_thunk(i, t, arena_bytes, low)
         if low is None:
             missing.append((i, type(t).__name__))

@@ -126,8 +126,9 @@ def test_partial_overlap_is_rejected():
 
 
 def test_unsupported_thunks_are_all_listed(monkeypatch):
-    from rlx_llvm.ir_emit import registry
-    monkeypatch.delitem(registry.LOWERINGS, "Copy")
+    from rlx_llvm import registry
+    registry.load_all()
+    monkeypatch.delitem(registry.LOWERINGS, T.Copy)
     sched = rl.ThunkSchedule([T.Copy(src=0, dst=64, len=1), T.Nop(), T.Copy(src=0, dst=128, len=1)],
                              arena_bytes=256)
     with pytest.raises(rl.UnsupportedThunkError) as e:

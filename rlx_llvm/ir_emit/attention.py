@@ -20,11 +20,12 @@ import math
 
 from llvmlite import ir
 
+from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import MaskKind
 from . import vecmath as vm
 from .core import F32, FASTMATH, I1, I32, I64, EmitContext, const
-from .registry import lowering
+from ..registry import lowering
 from .rows import (SUM, as_value, carried_loop, exp_sum, iadd, imul, lane_ids, load_lanes, parallel_rows,
                    reduce_row, row_max, splat, store_lanes)
 
@@ -65,7 +66,7 @@ def check_attention(t) -> None:
         raise ValidationError(f"softcap = {t.softcap}; it must be ≥ 0 and finite (0 = off)", field="softcap")
 
 
-@lowering("Attention", check=check_attention)
+@lowering(T.Attention, check=check_attention)
 def attention(ctx: EmitContext, t) -> None:
     """`out = softmax(mask(softcap(q·kᵀ·scale)))·v` per (batch, head, query row)."""
     units = t.batch * t.heads
@@ -467,7 +468,7 @@ def check_rope(t) -> None:
                                   f"{t.cos_row_stride} ({need} elements)", field="cos_len")
 
 
-@lowering("Rope", check=check_rope)
+@lowering(T.Rope, check=check_rope)
 def rope(ctx: EmitContext, t) -> None:
     """Rotate the first `n_rot` dims of every head by the row's table; copy the rest."""
     rows = t.batch * t.seq
@@ -567,7 +568,7 @@ def check_axial(t) -> None:
         raise ValidationError("end_x = 0", field="end_x")
 
 
-@lowering("AxialRope2d", check=check_axial)
+@lowering(T.AxialRope2d, check=check_axial)
 def axial_rope_2d(ctx: EmitContext, t) -> None:
     """Interleaved pairs of each head's first half rotated by `x·f_c`, of the second half by `y·f_c`."""
     rows = t.batch * t.seq
@@ -621,7 +622,7 @@ def check_swiglu(t) -> None:
         raise ValidationError(f"total = {t.total} is not a multiple of n_half = {t.n_half}", field="total")
 
 
-@lowering("FusedSwiGLU", check=check_swiglu)
+@lowering(T.FusedSwiGLU, check=check_swiglu)
 def fused_swiglu(ctx: EmitContext, t) -> None:
     """`out[r, i] = up·gate·σ(gate)` over rows `[up ‖ gate]` (or `[gate ‖ up]` with `gate_first`)."""
     if not t.total:

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
+from .. import thunks as T
 from ..dtypes import DType
 from ..errors import ValidationError
 from ..reference.casts import CAST_DTYPES, COPY_ITEMSIZE
 from .core import F32, F64, I1, I8, I32, I64, PTR, STORAGE, EmitContext, f32_to_bf16_bits, splat_like, vec, width_of
-from .registry import lowering
+from ..registry import lowering
 
 _PART = {DType.C64: DType.F32, DType.C128: DType.F64}
 
@@ -305,26 +306,26 @@ def check_cast_generic(t) -> None:
             raise ValidationError(f"{getattr(t, field)!r} is not a DType", field=field)
 
 
-@lowering(*COPY_ITEMSIZE, check=check_buffers, inplace=True)
+@lowering(*(T.ALL_THUNKS[kind] for kind in COPY_ITEMSIZE), check=check_buffers, inplace=True)
 def copy(ctx: EmitContext, t) -> None:
     """Copy / CopyF64 / CopyI64: `len` elements of 4 or 8 bytes."""
     copy_bytes(ctx, t.src, t.dst, t.len * COPY_ITEMSIZE[type(t).__name__])
 
 
-@lowering(*CAST_DTYPES, check=check_buffers, inplace=True)
+@lowering(*(T.ALL_THUNKS[kind] for kind in CAST_DTYPES), check=check_buffers, inplace=True)
 def cast(ctx: EmitContext, t) -> None:
     """A fixed-pair Cast kind."""
     src, dst = CAST_DTYPES[type(t).__name__]
     emit_cast(ctx, src, dst, t.src, t.dst, t.len)
 
 
-@lowering("CastGeneric", check=check_cast_generic, inplace=True)
+@lowering(T.CastGeneric, check=check_cast_generic, inplace=True)
 def cast_generic(ctx: EmitContext, t) -> None:
     """Any dtype pair."""
     emit_cast(ctx, t.src_dtype, t.dst_dtype, t.src, t.dst, t.len)
 
 
-@lowering("RoundHalf", check=check_buffers, inplace=True)
+@lowering(T.RoundHalf, check=check_buffers, inplace=True)
 def round_half(ctx: EmitContext, t) -> None:
     """f32 → bf16/f16 (RNE) → f32, in f32 storage."""
     half = DType.BF16 if t.bf16 else DType.F16

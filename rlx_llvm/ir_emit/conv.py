@@ -28,12 +28,13 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from .. import thunks as T
 from ..errors import ValidationError
 from ..kernels.blas import BLAS_INT_MAX, FortranArgs
 from ..ops import ReduceOp
 from .core import F32, I32, I64, EmitContext, const
 from .gemm import ArenaRef, ScratchRef, copy_matrix, entry_alloca, gemm, independent_gemms, scratch_ptr
-from .registry import lowering
+from ..registry import lowering
 from .rows import iadd, imul, parallel_rows
 
 # (image, group) GEMMs up to this many are unrolled with constant offsets (each GEMM then splits
@@ -251,7 +252,7 @@ def pool(ctx: EmitContext, t, axes: tuple[Axis, Axis, Axis]) -> None:
     parallel_rows(ctx, rows, 4 * wz.out * dz.k * hz.k * wz.k, chunk)
 
 
-@lowering("Pool2D", "Pool3D", check=check_pool, shared_body=True)
+@lowering(T.Pool2D, T.Pool3D, check=check_pool, shared_body=True)
 def pool_nd(ctx: EmitContext, t) -> None:
     """2-D / 3-D Max / Mean pooling (NCHW / NCDHW)."""
     pool(ctx, t, pool_axes(t))
@@ -349,7 +350,7 @@ def conv(ctx: EmitContext, t, axes: tuple[Axis, Axis, Axis]) -> None:
     independent_gemms(ctx, "s", items, cout_g, p, k, body)
 
 
-@lowering("Conv2D", "Conv3d", path="blas", check=check_conv, shared_body=True)
+@lowering(T.Conv2D, T.Conv3d, path="blas", check=check_conv, shared_body=True)
 def conv_nd(ctx: EmitContext, t) -> None:
     """2-D / 3-D convolution (NCHW / NCDHW) with stride, padding, dilation and groups."""
     conv(ctx, t, conv_axes(t))
@@ -558,13 +559,13 @@ def fill_range(ctx: EmitContext, base: ir.Value, start: ir.Value, stop: ir.Value
         ctx.store(0, const(F32, 0.0, 1), i, base=base)
 
 
-@lowering("ConvTranspose2d", "ConvTranspose3d", path="blas", check=check_convt, shared_body=True)
+@lowering(T.ConvTranspose2d, T.ConvTranspose3d, path="blas", check=check_convt, shared_body=True)
 def conv_transpose_nd(ctx: EmitContext, t) -> None:
     """2-D/3-D transposed convolution (NCHW / NCDHW), weight `[c_in, c_out/groups, (kd,) kh, kw]`."""
     conv_transpose(ctx, convt_axes(t), t.n, t.c_in, t.c_out, t.groups, t.src, t.weight, t.dst)
 
 
-@lowering("Conv2dBackwardInput", "Conv3dBackwardInput", path="blas", check=check_conv_backward_input,
+@lowering(T.Conv2dBackwardInput, T.Conv3dBackwardInput, path="blas", check=check_conv_backward_input,
           shared_body=True)
 def conv_backward_input(ctx: EmitContext, t) -> None:
     """`dx = conv_transpose(dy, w)` with the forward geometry (w `[c_out, c_in/groups, (kd,) kh, kw]`)."""
@@ -669,7 +670,7 @@ def splat(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
     return b.shuffle_vector(one, ir.Constant(vty, None), ir.Constant(ir.VectorType(I32, width), [I32(0)] * width))
 
 
-@lowering("MaxPool2dBackward", "MaxPool3dBackward", check=check_max_pool_backward, shared_body=True)
+@lowering(T.MaxPool2dBackward, T.MaxPool3dBackward, check=check_max_pool_backward, shared_body=True)
 def max_pool_backward_nd(ctx: EmitContext, t) -> None:
     """Route each `dy` to the first arg-max of its 2-D / 3-D window (dx zeroed first)."""
     max_pool_backward(ctx, t)
@@ -730,7 +731,7 @@ def conv_backward_weight(ctx: EmitContext, t) -> None:
     independent_gemms(ctx, "s", groups, k, cout_g, max(1, p) * max(1, t.n), body)
 
 
-@lowering("Conv2dBackwardWeight", "Conv3dBackwardWeight", path="blas", check=check_conv_backward_weight,
+@lowering(T.Conv2dBackwardWeight, T.Conv3dBackwardWeight, path="blas", check=check_conv_backward_weight,
           shared_body=True)
 def conv_backward_weight_nd(ctx: EmitContext, t) -> None:
     """2-D / 3-D weight gradient `dw = Σ_images dy·im2col(x)ᵀ` per group (dw zeroed first)."""

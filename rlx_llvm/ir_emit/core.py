@@ -98,7 +98,7 @@ class EmitContext:
         # The scratch of the thread that owns this thunk's intermediates: `scratch` itself at top
         # level, the parent's `shared` inside a parallel body (where `scratch` is per-thread).
         self.shared = self.scratch if shared is None else shared
-        # `fields`: a shared body (`ir_emit.shared`): `arena` points at a table of buffer pointers
+        # `fields`: a shared body (`ir_emit.shared_bodies`): `arena` points at a table of buffer pointers
         # and arena offsets are virtual, `k·FIELD_STRIDE + byte` = byte `byte` past table[k].
         self.fields = fields
         self._field_ptrs: dict[int, ir.Value] = {}

@@ -21,12 +21,13 @@ from typing import Callable, Sequence, Union
 import numpy as np
 from llvmlite import ir
 
+from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import Activation, BinaryOp, CmpOp
 from . import elementmath as em
 from . import vecmath as vm
 from .core import F32, F64, I1, I8, I32, I64, EmitContext, const, width_of
-from .registry import lowering
+from ..registry import lowering
 from .rows import carried_loop, parallel_rows
 
 Value = Union[ir.Value, tuple]  # a scalar/vector, or (re, im) for a complex element
@@ -410,7 +411,7 @@ def _binary_thunk(ctx: EmitContext, t, elem: Elem, op: Compute) -> None:
     emit_plan(ctx, binary_plan(t), [(t.lhs, elem), (t.rhs, elem)], Output(t.dst, elem), op)
 
 
-@lowering("BinaryFull", check=check_binary_full, inplace=True)
+@lowering(T.BinaryFull, check=check_binary_full, inplace=True)
 def binary_full(ctx: EmitContext, t) -> None:
     """f32 (elem_bytes 4) or i64 (elem_bytes 8) element-wise binary with broadcast."""
     if t.elem_bytes == 8:
@@ -419,13 +420,13 @@ def binary_full(ctx: EmitContext, t) -> None:
         _binary_thunk(ctx, t, F32_ELEM, lambda b, l, r: em.binary(b, t.op, l, r))
 
 
-@lowering("BinaryFullF64", check=check_binary_full, inplace=True)
+@lowering(T.BinaryFullF64, check=check_binary_full, inplace=True)
 def binary_full_f64(ctx: EmitContext, t) -> None:
     """f64 element-wise binary with broadcast."""
     _binary_thunk(ctx, t, F64_ELEM, lambda b, l, r: em.binary_f64(b, t.op, l, r))
 
 
-@lowering("BinaryFullC64", check=check_binary_full_c64, inplace=True)
+@lowering(T.BinaryFullC64, check=check_binary_full_c64, inplace=True)
 def binary_full_c64(ctx: EmitContext, t) -> None:
     """Complex (interleaved f32 pairs) element-wise binary with broadcast; strides in complex units."""
     _binary_thunk(ctx, t, C64_ELEM, lambda b, l, r: em.binary_c64(b, t.op, l, r))
@@ -433,7 +434,7 @@ def binary_full_c64(ctx: EmitContext, t) -> None:
 
 # ── BiasAdd ─────────────────────────────────────────────────────────────────
 
-@lowering("BiasAdd", inplace=True)
+@lowering(T.BiasAdd, inplace=True)
 def bias_add(ctx: EmitContext, t) -> None:
     """dst[r, j] = src[r, j] + bias[j] over [m, n]."""
     add = lambda b, x, bias: em.binary(b, BinaryOp.Add, x, bias)  # noqa: E731
@@ -449,7 +450,7 @@ def _map(ctx: EmitContext, n: int, inputs: Sequence[tuple[int, Elem]], outputs: 
     emit_walk(ctx, (n,), [Operand(off, elem, (1,)) for off, elem in inputs], outputs, compute)
 
 
-@lowering("ActivationInPlace", inplace=True)
+@lowering(T.ActivationInPlace, inplace=True)
 def activation_in_place(ctx: EmitContext, t) -> None:
     """data[i] = act(data[i]) in f32 (standalone semantics: Gelu is the erf form)."""
     _map(ctx, t.len, [(t.data, F32_ELEM)], [Output(t.data, F32_ELEM)],
@@ -473,14 +474,14 @@ def check_activation_c64(t) -> None:
         raise ValidationError(f"ActivationC64 supports Neg/Exp/Log/Sqrt, not {t.kind.name}", field="kind")
 
 
-@lowering("ActivationF64", check=check_activation_f64, inplace=True)
+@lowering(T.ActivationF64, check=check_activation_f64, inplace=True)
 def activation_f64(ctx: EmitContext, t) -> None:
     """dst[i] = kind(src[i]) in f64 (Round is ties-to-even)."""
     _map(ctx, t.len, [(t.src, F64_ELEM)], [Output(t.dst, F64_ELEM)],
          lambda b, x: em.activation_f64(b, t.kind, x))
 
 
-@lowering("ActivationC64", check=check_activation_c64, inplace=True)
+@lowering(T.ActivationC64, check=check_activation_c64, inplace=True)
 def activation_c64(ctx: EmitContext, t) -> None:
     """dst[i] = kind(src[i]) on complex elements."""
     _map(ctx, t.len, [(t.src, C64_ELEM)], [Output(t.dst, C64_ELEM)],
@@ -534,7 +535,7 @@ def _bool_to(b: ir.IRBuilder, hit: ir.Value, elem: Elem) -> ir.Value:
     return b.uitofp(hit, ir.VectorType(F32, w) if w > 1 else F32)
 
 
-@lowering("Compare", check=check_compare, inplace=True)
+@lowering(T.Compare, check=check_compare, inplace=True)
 def compare(ctx: EmitContext, t) -> None:
     """out[i] = (L(i) op R(i)) ? 1 : 0 as Bool or f32."""
     elem = compare_input_elem(t)
@@ -562,7 +563,7 @@ def truthy(b: ir.IRBuilder, cond: ir.Value) -> ir.Value:
     return b.icmp_unsigned("!=", cond, zero)
 
 
-@lowering("Where", check=check_where, inplace=True)
+@lowering(T.Where, check=check_where, inplace=True)
 def where(ctx: EmitContext, t) -> None:
     """out[i] = cond(i) != 0 ? on_true(i) : on_false(i), a bit-exact select of 4- or 8-byte data."""
     cond = BOOL_ELEM if t.cond_elem_bytes == 1 else F32_ELEM
@@ -582,7 +583,7 @@ def check_fma(t) -> None:
         raise ValidationError(f"elem_bytes must be 4 (f32) or 8 (f64), got {t.elem_bytes}", field="elem_bytes")
 
 
-@lowering("Fma", check=check_fma, inplace=True)
+@lowering(T.Fma, check=check_fma, inplace=True)
 def fma(ctx: EmitContext, t) -> None:
     """dst = a·b + c rounded once (`llvm.fma`)."""
     elem = F64_ELEM if t.elem_bytes == 8 else F32_ELEM
@@ -601,7 +602,7 @@ def f32_constant(value: float, like: ir.Value) -> ir.Constant:
     return const(F32, float(np.float32(value)), width_of(like))
 
 
-@lowering("SgdMomentum", inplace=True)
+@lowering(T.SgdMomentum, inplace=True)
 def sgd_momentum(ctx: EmitContext, t) -> None:
     """v' = mom·v + g; p' = p − lr·v' in f32 (each operation rounded: no contraction)."""
     def step(b: ir.IRBuilder, p: ir.Value, v: ir.Value, g: ir.Value):
@@ -614,21 +615,21 @@ def sgd_momentum(ctx: EmitContext, t) -> None:
 
 # ── complex helpers ─────────────────────────────────────────────────────────
 
-@lowering("ComplexNormSqF32")
+@lowering(T.ComplexNormSqF32)
 def complex_norm_sq_f32(ctx: EmitContext, t) -> None:
     """dst[i] = re² + im² of the complex src[i]."""
     _map(ctx, t.len, [(t.src, C64_ELEM)], [Output(t.dst, F32_ELEM)],
          lambda b, z: b.fadd(b.fmul(z[0], z[0]), b.fmul(z[1], z[1])))
 
 
-@lowering("ComplexNormSqBackwardF32", inplace=True)
+@lowering(T.ComplexNormSqBackwardF32, inplace=True)
 def complex_norm_sq_backward_f32(ctx: EmitContext, t) -> None:
     """dz[i] = g[i]·z[i] (complex times real)."""
     _map(ctx, t.len, [(t.z, C64_ELEM), (t.g, F32_ELEM)], [Output(t.dz, C64_ELEM)],
          lambda b, z, g: (b.fmul(g, z[0]), b.fmul(g, z[1])))
 
 
-@lowering("ConjugateC64", inplace=True)
+@lowering(T.ConjugateC64, inplace=True)
 def conjugate_c64(ctx: EmitContext, t) -> None:
     """dst[i] = (re, −im) (the sign bit of im flips, NaN included)."""
     _map(ctx, t.len, [(t.src, C64_ELEM)], [Output(t.dst, C64_ELEM)], lambda b, z: (z[0], b.fneg(z[1])))
@@ -645,7 +646,7 @@ def spline_grid(grid_min: float, grid_max: float, num_basis: int) -> tuple[np.fl
         return gmin, np.float32(step), np.float32(np.float32(1.0) / np.float32(step))
 
 
-@lowering("SplineActivation", inplace=True)
+@lowering(T.SplineActivation, inplace=True)
 def spline_activation(ctx: EmitContext, t) -> None:
     """`y[r, c] = Σ_g coeff[c, g]·exp(−((x[r, c] − center_g)·inv_h)²)`, `center_g = gmin + g·step`, all f32,
     g summed in order.  Channels are the vector lanes: `coeff` is transposed once into scratch

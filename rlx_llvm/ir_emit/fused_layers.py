@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 from llvmlite import ir
 
+from .. import thunks as T
 from ..errors import ValidationError
 from ..kernels.blas import FortranArgs
 from ..ops import Activation, MaskKind
@@ -27,7 +28,7 @@ from .attention import _rope_rows, attention
 from .core import F32, FASTMATH, I64, EmitContext
 from .gemm import ArenaRef, Epilogue, ScratchRef, check_blas_ints, copy_bytes, gemm, scratch_ptr
 from .norms import Stats, normalized, row_stats
-from .registry import lowering
+from ..registry import lowering
 from .rows import iadd, imul
 
 # Row loops (LayerNorm, SwiGLU) fork only when every thread gets at least this many elements
@@ -200,7 +201,7 @@ def _residual_ln(ctx: EmitContext, rows: int, h: int, x: int, res: int, res_in_s
 
 # ── the thunks ───────────────────────────────────────────────────────────────
 
-@lowering("FusedAttnBlock", path="blas", check=check_attn_block, shared_body=True)
+@lowering(T.FusedAttnBlock, path="blas", check=check_attn_block, shared_body=True)
 def fused_attn_block(ctx: EmitContext, t) -> None:
     """`out = MHA(hidden·qkv_w (+ qkv_b))·out_w (+ out_b)`."""
     m, hs = t.batch * t.seq, t.hs
@@ -230,7 +231,7 @@ def fused_attn_block(ctx: EmitContext, t) -> None:
     gemm(ctx, FortranArgs(ctx), "s", m, t.out_dim, hs, a_op, ArenaRef(t.out_w), ArenaRef(t.out), epilogue=epi)
 
 
-@lowering("FusedBertLayer", path="blas", check=check_bert_layer, shared_body=True)
+@lowering(T.FusedBertLayer, path="blas", check=check_bert_layer, shared_body=True)
 def fused_bert_layer(ctx: EmitContext, t) -> None:
     """Post-LN BERT layer (semantics.md §3.4), every step an existing emitter on scratch."""
     m, hs, inter = t.batch * t.seq, t.hs, t.int_dim
@@ -250,7 +251,7 @@ def fused_bert_layer(ctx: EmitContext, t) -> None:
     _residual_ln(ctx, m, hs, y, n1, True, t.fc2_b, t.ln2_g, t.ln2_b, t.eps2, t.out, False)
 
 
-@lowering("FusedNomicLayer", path="blas", check=check_nomic_layer, shared_body=True)
+@lowering(T.FusedNomicLayer, path="blas", check=check_nomic_layer, shared_body=True)
 def fused_nomic_layer(ctx: EmitContext, t) -> None:
     """Nomic layer (semantics.md §3.4): RoPE attention, residual + LN, SwiGLU FFN, residual + LN."""
     m, hs, inter = t.batch * t.seq, t.hs, t.int_dim

@@ -27,12 +27,13 @@ from typing import Callable, Iterator
 
 from llvmlite import ir
 
+from .. import thunks as T
 from ..dtypes import DType, HalfKind
 from ..errors import ValidationError
 from ..kernels.blas import BLAS_INT_MAX, FortranArgs, Status
 from .core import F32, F64, I1, I8, I32, I64, PTR, STORAGE, EmitContext, narrow_from_f32, widen_to_f32
 from . import elementmath as em
-from .registry import lowering
+from ..registry import lowering
 
 ITEMSIZE = {"s": 4, "d": 8, "c": 8}  # bytes per element of ?gemm's precision
 
@@ -473,26 +474,26 @@ def f32_operand(ctx: EmitContext, offset: int, kind: HalfKind, count: int) -> Op
 
 # ── plain GEMMs ──────────────────────────────────────────────────────────────
 
-@lowering("Sgemm", path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.Sgemm, path="blas", check=check_blas_ints("m", "k", "n"))
 def sgemm(ctx: EmitContext, t) -> None:
     """`C = A·B` in f32."""
     gemm(ctx, FortranArgs(ctx), "s", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c))
 
 
-@lowering("SgemmT", path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.SgemmT, path="blas", check=check_blas_ints("m", "k", "n"))
 def sgemm_t(ctx: EmitContext, t) -> None:
     """`C = op(A)·op(B)`: transposes are BLAS trans flags."""
     gemm(ctx, FortranArgs(ctx), "s", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c),
          ta=bool(t.ta), tb=bool(t.tb))
 
 
-@lowering("Dgemm", path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.Dgemm, path="blas", check=check_blas_ints("m", "k", "n"))
 def dgemm(ctx: EmitContext, t) -> None:
     """`C = A·B` in f64."""
     gemm(ctx, FortranArgs(ctx), "d", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c))
 
 
-@lowering("CgemmC64", path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.CgemmC64, path="blas", check=check_blas_ints("m", "k", "n"))
 def cgemm_c64(ctx: EmitContext, t) -> None:
     """`C = A·B` on interleaved complex64 (no conjugation)."""
     gemm(ctx, FortranArgs(ctx), "c", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c))
@@ -540,13 +541,13 @@ def _check_batched(t) -> None:
                               f"{BLAS_INT_MAX}", field="batch")
 
 
-@lowering("BatchedSgemm", path="blas", check=_check_batched)
+@lowering(T.BatchedSgemm, path="blas", check=_check_batched)
 def batched_sgemm(ctx: EmitContext, t) -> None:
     """Batched f32 GEMM with broadcast flags."""
     _batched(ctx, t, "s")
 
 
-@lowering("BatchedDgemmF64", path="blas", check=_check_batched)
+@lowering(T.BatchedDgemmF64, path="blas", check=_check_batched)
 def batched_dgemm_f64(ctx: EmitContext, t) -> None:
     """Batched f64 GEMM with broadcast flags."""
     _batched(ctx, t, "d")
@@ -567,19 +568,19 @@ def _half_gemm(ctx: EmitContext, t, a_kind: HalfKind, b_kind: HalfKind, c_kind: 
     narrow_from_scratch(ctx, c_tmp, t.c, c_kind, m * n)
 
 
-@lowering("SgemmBf16", path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.SgemmBf16, path="blas", check=check_blas_ints("m", "k", "n"))
 def sgemm_bf16(ctx: EmitContext, t) -> None:
     """`C = A·B` with B packed bf16."""
     _half_gemm(ctx, t, HalfKind.F32, HalfKind.Bf16, HalfKind.F32)
 
 
-@lowering("SgemmF16", path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.SgemmF16, path="blas", check=check_blas_ints("m", "k", "n"))
 def sgemm_f16(ctx: EmitContext, t) -> None:
     """`C = A·B` with B packed f16."""
     _half_gemm(ctx, t, HalfKind.F32, HalfKind.F16, HalfKind.F32)
 
 
-@lowering("SgemmHalf", path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.SgemmHalf, path="blas", check=check_blas_ints("m", "k", "n"))
 def sgemm_half(ctx: EmitContext, t) -> None:
     """`C = A·B` where any operand may be packed (HalfKind)."""
     _half_gemm(ctx, t, t.a_kind, t.b_kind, t.c_kind)
@@ -587,7 +588,7 @@ def sgemm_half(ctx: EmitContext, t) -> None:
 
 # ── fused and composite GEMMs ────────────────────────────────────────────────
 
-@lowering("FusedMmBiasAct", path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.FusedMmBiasAct, path="blas", check=check_blas_ints("m", "k", "n"))
 def fused_mm_bias_act(ctx: EmitContext, t) -> None:
     """`C = act(A·W + bias)`: the GEMM, then one vector pass for bias and activation (erf Gelu).
 
@@ -614,7 +615,7 @@ def bias_act_pass(ctx: EmitContext, t, col0: ir.Value, width: int) -> None:
         ctx.vector_loop(width, body, name="col")
 
 
-@lowering("LoraMatMul", path="blas", check=check_blas_ints("m", "k", "n", "r"))
+@lowering(T.LoraMatMul, path="blas", check=check_blas_ints("m", "k", "n", "r"))
 def lora_mat_mul(ctx: EmitContext, t) -> None:
     """`out = X·W + scale·(X·A)·B`; the rank-r intermediate `X·A` lives in scratch."""
     fa = FortranArgs(ctx)
@@ -627,7 +628,7 @@ def lora_mat_mul(ctx: EmitContext, t) -> None:
     gemm(ctx, fa, "s", m, n, r, xa, ArenaRef(t.b), ArenaRef(t.dst), alpha=t.scale, beta=1.0)
 
 
-@lowering("Conv2D1x1", path="blas", check=check_blas_ints("c_in", "c_out", "hw"))
+@lowering(T.Conv2D1x1, path="blas", check=check_blas_ints("c_in", "c_out", "hw"))
 def conv2d_1x1(ctx: EmitContext, t) -> None:
     """Per image `out[c_out, hw] = W[c_out, c_in]·X[c_in, hw]`."""
     if t.n == 0:
@@ -657,7 +658,7 @@ def expert_of(ctx: EmitContext, offset: int, row: ir.Value) -> ir.Value:
     return ctx.b.call(ctx.intrinsic("llvm.fptoui.sat.i64.f32", I64, [F32]), [x])
 
 
-@lowering("GroupedMatMul", path="blas", check=_check_grouped)
+@lowering(T.GroupedMatMul, path="blas", check=_check_grouped)
 def grouped_mat_mul(ctx: EmitContext, t) -> None:
     """`out[i] = input[i]·W[idx[i]]`: rows counting-sorted by expert, one GEMM per expert.
 
@@ -716,7 +717,7 @@ def _check_synth(t) -> None:
                               field="num_entries")
 
 
-@lowering("SynthMatMul", path="blas", check=_check_synth)
+@lowering(T.SynthMatMul, path="blas", check=_check_synth)
 def synth_mat_mul(ctx: EmitContext, t) -> None:
     """`out = X·W`, `W[p, j] = codebook[indices[j, p / d], p mod d]`.
 

@@ -20,12 +20,13 @@ from typing import Iterator, Sequence
 
 from llvmlite import ir
 
+from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import ScatterNdReduction
 from .core import F32, I64, STREAM_BYTES, EmitContext
 from .movement import (ELEM_BYTES, Index, add, aligned_to_line, as_value, clamped_ahead, copy_run, linear,
                        load_elem, loop_nest, memset_zero, mul, prod, row_major, rows_ahead, store_elem)
-from .registry import lowering
+from ..registry import lowering
 
 RED = ScatterNdReduction
 
@@ -82,7 +83,7 @@ def check_gather(t) -> None:
     check_width(t.table_bytes, ELEM_BYTES, "table_bytes")
 
 
-@lowering("Gather", check=check_gather)
+@lowering(T.Gather, check=check_gather)
 def gather(ctx: EmitContext, t) -> None:
     """`dst[i, :] = table[idx[i], :]` for every in-range row id; other output rows stay untouched."""
     if t.trailing == 0 or t.num_idx == 0:
@@ -108,7 +109,7 @@ def check_gather_axis(t) -> None:
     check_width(t.table_bytes, ELEM_BYTES, "table_bytes")
 
 
-@lowering("GatherAxis", check=check_gather_axis)
+@lowering(T.GatherAxis, check=check_gather_axis)
 def gather_axis(ctx: EmitContext, t) -> None:
     """`dst[o, k, :] = table[o, idx[k], :]` for in-range ids; other output rows stay untouched."""
     if not t.outer or not t.num_idx or not t.trailing or not t.axis_dim:
@@ -182,7 +183,7 @@ def nd_offset(ctx: EmitContext, indices: int, first: Index, is_i64: bool, dims: 
     return off
 
 
-@lowering("GatherNd", check=check_gather_nd)
+@lowering(T.GatherNd, check=check_gather_nd)
 def gather_nd(ctx: EmitContext, t) -> None:
     """ONNX GatherND over f32 data: each index tuple copies one contiguous slice."""
     batch, tuples, k, dims, strides, slice_len = nd_plan(t.data_shape, t.indices_shape, t.batch_dims)
@@ -236,7 +237,7 @@ def element_source(ctx: EmitContext, t, axis: int, coords: list[ir.Value], p: In
     return add(b, rest, mul(b, a, strides[axis]))
 
 
-@lowering("GatherElements", check=check_gather_elements)
+@lowering(T.GatherElements, check=check_gather_elements)
 def gather_elements(ctx: EmitContext, t) -> None:
     """`out[i…] = data[i… with i_axis ← idx[i…]]` (ONNX take_along_axis), byte-generic."""
     axis = elements_plan(t)
@@ -301,7 +302,7 @@ def check_in_place_operands(t) -> None:
 
 # ── ScatterAdd ──────────────────────────────────────────────────────────────
 
-@lowering("ScatterAdd")
+@lowering(T.ScatterAdd)
 def scatter_add(ctx: EmitContext, t) -> None:
     """`dst = 0; dst[idx[i], :] += updates[i, :]` in update order; ids ≥ `out_dim` are dropped."""
     memset_zero(ctx, t.dst, t.out_dim * t.trailing * 4)
@@ -327,7 +328,7 @@ def check_scatter_nd(t) -> None:
     check_in_place_operands(t)
 
 
-@lowering("ScatterNd", check=check_scatter_nd, inplace=True)
+@lowering(T.ScatterNd, check=check_scatter_nd, inplace=True)
 def scatter_nd(ctx: EmitContext, t) -> None:
     """ONNX ScatterND (f32): `out = data`, then each tuple's slice combined with its update, in order."""
     copy_data(ctx, t)
@@ -351,7 +352,7 @@ def check_scatter_elements(t) -> None:
     check_in_place_operands(t)
 
 
-@lowering("ScatterElements", check=check_scatter_elements, inplace=True)
+@lowering(T.ScatterElements, check=check_scatter_elements, inplace=True)
 def scatter_elements(ctx: EmitContext, t) -> None:
     """ONNX ScatterElements (f32): `out = data`, then `out[i… with i_axis ← idx[i…]] ⊕= upd[i…]` in order."""
     copy_data(ctx, t)

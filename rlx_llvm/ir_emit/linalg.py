@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..kernels import fallbacks  # noqa: F401  (registers SvdF32, QrF32, SortF32)
+from .. import thunks as T
 from ..kernels.blas import FortranArgs, Status
 from .core import F32, F64, I32, I64, EmitContext, const, vec
 from .gemm import check_blas_ints, copy_matrix, entry_alloca, fail_unless, scratch_ptr
-from .registry import lowering
+from ..registry import lowering
 
 FLOAT = {"s": (F32, 4), "d": (F64, 8)}
 
@@ -90,25 +90,25 @@ def _solve(ctx: EmitContext, t, prec: str, batch: int) -> None:
 _SOLVE_CHECK = check_blas_ints("n", "nrhs")
 
 
-@lowering("DenseSolveF32", path="blas", check=_SOLVE_CHECK)
+@lowering(T.DenseSolveF32, path="blas", check=_SOLVE_CHECK)
 def dense_solve_f32(ctx: EmitContext, t) -> None:
     """`X = A⁻¹·B` by LAPACK sgesv."""
     _solve(ctx, t, "s", 1)
 
 
-@lowering("DenseSolveF64", path="blas", check=_SOLVE_CHECK)
+@lowering(T.DenseSolveF64, path="blas", check=_SOLVE_CHECK)
 def dense_solve_f64(ctx: EmitContext, t) -> None:
     """`X = A⁻¹·B` by LAPACK dgesv."""
     _solve(ctx, t, "d", 1)
 
 
-@lowering("BatchedDenseSolveF32", path="blas", check=_SOLVE_CHECK)
+@lowering(T.BatchedDenseSolveF32, path="blas", check=_SOLVE_CHECK)
 def batched_dense_solve_f32(ctx: EmitContext, t) -> None:
     """Per slice `X_i = A_i⁻¹·B_i` by sgesv."""
     _solve(ctx, t, "s", t.batch)
 
 
-@lowering("BatchedDenseSolveF64", path="blas", check=_SOLVE_CHECK)
+@lowering(T.BatchedDenseSolveF64, path="blas", check=_SOLVE_CHECK)
 def batched_dense_solve_f64(ctx: EmitContext, t) -> None:
     """Per slice `X_i = A_i⁻¹·B_i` by dgesv."""
     _solve(ctx, t, "d", t.batch)
@@ -132,7 +132,7 @@ def _lane_index(b: ir.IRBuilder, j: ir.Value, w: int) -> ir.Value:
     return b.add(_splat_i64(b, j, w), ir.Constant(ir.VectorType(I64, w), [I64(x) for x in range(w)]))
 
 
-@lowering("CholeskyF32", path="blas", check=check_blas_ints("n"))
+@lowering(T.CholeskyF32, path="blas", check=check_blas_ints("n"))
 def cholesky_f32(ctx: EmitContext, t) -> None:
     """Lower `L` with `A = L·Lᵀ` by dpotrf in f64 (reads A's lower triangle); strict upper zeroed."""
     n = t.n
@@ -155,7 +155,7 @@ def cholesky_f32(ctx: EmitContext, t) -> None:
         ctx.vector_loop(n, body, name="col")
 
 
-@lowering("TriangularSolveF32", path="blas", check=check_blas_ints("n", "nrhs"))
+@lowering(T.TriangularSolveF32, path="blas", check=check_blas_ints("n", "nrhs"))
 def triangular_solve_f32(ctx: EmitContext, t) -> None:
     """`op(A)·X = B` by dtrsm in f64 (only the `lower`/upper triangle of A is read, non-unit diagonal)."""
     n, nrhs = t.n, t.nrhs
@@ -171,7 +171,7 @@ def triangular_solve_f32(ctx: EmitContext, t) -> None:
     copy_matrix(ctx, scratch_ptr(ctx, x_s), ctx.addr(t.x), n, nrhs, F64, F32, transpose=False)
 
 
-@lowering("DetF32", path="blas", check=check_blas_ints("n"))
+@lowering(T.DetF32, path="blas", check=check_blas_ints("n"))
 def det_f32(ctx: EmitContext, t) -> None:
     """`det(A)` or `log|det(A)|` from dgetrf's U in f64; singular → 0 / -inf."""
     n, b = t.n, ctx.b

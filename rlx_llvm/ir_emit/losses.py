@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .. import thunks as T
 from ..errors import ValidationError
 from .core import F32, FASTMATH, I64, EmitContext
-from .registry import lowering
+from ..registry import lowering
 from .rows import (MAX, SUM, Index, exp_sum, fconst, iadd, imul, lane_ids, nan_max, parallel_rows, reduce_row,
                    row_max, splat)
 
@@ -39,7 +40,7 @@ def log_sum_exp(ctx: EmitContext, n: int, load, store=None) -> tuple[ir.Value, i
     return m, s, ctx.b.fadd(m, vm.log(ctx.b, s))
 
 
-@lowering("SoftmaxCrossEntropy", check=check_classes)
+@lowering(T.SoftmaxCrossEntropy, check=check_classes)
 def softmax_cross_entropy(ctx: EmitContext, t) -> None:
     """`loss[n] = (m + ln Σ e^{x−m}) − x[label]`; an out-of-range label gives loss 0."""
     def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
@@ -53,7 +54,7 @@ def softmax_cross_entropy(ctx: EmitContext, t) -> None:
     parallel_rows(ctx, t.n, 4 * t.c, rows)
 
 
-@lowering("SoftmaxCrossEntropyDense", check=check_classes)
+@lowering(T.SoftmaxCrossEntropyDense, check=check_classes)
 def softmax_cross_entropy_dense(ctx: EmitContext, t) -> None:
     """`loss[n] = lse(x_n) − Σ_c t[n,c]·x[n,c]`; max and the dot product share the first pass."""
     def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
@@ -74,7 +75,7 @@ def softmax_cross_entropy_dense(ctx: EmitContext, t) -> None:
     parallel_rows(ctx, t.n, 8 * t.c, rows)
 
 
-@lowering("SoftmaxCrossEntropyBackward", check=check_classes)
+@lowering(T.SoftmaxCrossEntropyBackward, check=check_classes)
 def softmax_cross_entropy_backward(ctx: EmitContext, t) -> None:
     """`dlogits[n, k] = (softmax(x_n)[k] − [k = label])·d_loss[n]`; a row whose label is out of
     range gets zeros.  The exponentials are parked in dlogits, then rescaled from L1."""

@@ -17,9 +17,10 @@ from typing import Callable, Sequence
 
 from llvmlite import ir
 
+from .. import thunks as T
 from ..errors import ValidationError
 from .core import F32, I1, I32, I64, PTR, STREAM_BYTES, EmitContext
-from .registry import lowering
+from ..registry import lowering
 
 Index = "ir.Value | int"
 ELEM_BYTES = (1, 2, 4, 8, 16)  # element widths the byte-generic kernels move
@@ -248,7 +249,7 @@ def check_narrow(t) -> None:
                               field="dst_stride")
 
 
-@lowering("Narrow", check=check_narrow, inplace=True)
+@lowering(T.Narrow, check=check_narrow, inplace=True)
 def narrow(ctx: EmitContext, t) -> None:
     """`outer` rows of `inner` elements from stride `src_stride` to stride `dst_stride`."""
     eb = t.elem_bytes
@@ -272,7 +273,7 @@ def check_kv_append(t) -> None:
         raise ValidationError(f"pos = {t.pos} is not below seq_cap = {t.seq_cap}", field="pos")
 
 
-@lowering("KvAppend", check=check_kv_append)
+@lowering(T.KvAppend, check=check_kv_append)
 def kv_append(ctx: EmitContext, t) -> None:
     """Row `o` of `src` (`inner_bytes`) lands at byte `(o·seq_cap + pos)·inner_bytes` of `dst`."""
     if t.outer == 0 or t.inner_bytes == 0:
@@ -330,7 +331,7 @@ def transpose_elem_bytes(t) -> int:
     return getattr(t, "elem_bytes", 8)
 
 
-@lowering("Transpose", "TransposeF64", check=check_transpose)
+@lowering(T.Transpose, T.TransposeF64, check=check_transpose)
 def transpose(ctx: EmitContext, t) -> None:
     """`dst[flat(out coords)] = src[Σ coord_d · in_strides[d]]` (mod `in_total` if it would overflow)."""
     emit_walk(ctx, t.src, t.dst, t.in_total, tuple(t.out_dims), tuple(t.in_strides), transpose_elem_bytes(t))
@@ -524,7 +525,7 @@ def simplify_flips(dims: Sequence[int], flips: Sequence[bool]) -> tuple[list[int
     return out_d, out_f
 
 
-@lowering("Reverse", check=check_reverse)
+@lowering(T.Reverse, check=check_reverse)
 def reverse(ctx: EmitContext, t) -> None:
     """Flip the axes flagged in `rev_mask`: row copies, or reversed vector rows when the last axis flips."""
     eb = t.elem_bytes
@@ -587,7 +588,7 @@ def check_concat(t) -> None:
         raise ValidationError(f"input extents sum to {extents}, not total_axis = {t.total_axis}", field="inputs")
 
 
-@lowering("Concat", "ConcatF64", check=check_concat)
+@lowering(T.Concat, T.ConcatF64, check=check_concat)
 def concat(ctx: EmitContext, t) -> None:
     """Output row `o` = the inputs' segments side by side (rank-deficient inputs broadcast over `outer`)."""
     eb = concat_elem_bytes(t)
@@ -632,7 +633,7 @@ def concat_segment(ctx: EmitContext, dst: int, dst_elem: Index, src: int, o: Ind
 
 # ── ResizeNearest2x, Interpolate3d ──────────────────────────────────────────
 
-@lowering("ResizeNearest2x")
+@lowering(T.ResizeNearest2x)
 def resize_nearest_2x(ctx: EmitContext, t) -> None:
     """`y[p, 2i+a, 2j+b] = x[p, i, j]` over `n·c` planes of f32 (each input row written twice)."""
     planes_rows, w = t.n * t.c * t.h, t.w
@@ -672,7 +673,7 @@ def nearest_source(b: ir.IRBuilder, out_coord: ir.Value, size_in: int, size_out:
     return b.select(b.icmp_unsigned("<", q, I64(size_in - 1)), q, I64(size_in - 1))
 
 
-@lowering("Interpolate3d")
+@lowering(T.Interpolate3d)
 def interpolate_3d(ctx: EmitContext, t) -> None:
     """Nearest NCDHW resample: every output voxel reads `src = min(floor(dst·in/out), in−1)` per axis."""
     planes = t.n * t.c
@@ -710,7 +711,7 @@ def im2col_batch(t) -> int:
     return t.n or 1
 
 
-@lowering("Im2Col")
+@lowering(T.Im2Col)
 def im2col(ctx: EmitContext, t) -> None:
     """`col[m, (c·kh + i)·kw + j] = x[nb, c, oh·sh − ph + i·dh, ow·sw − pw + j·dw]` (0 outside the image)."""
     n = im2col_batch(t)

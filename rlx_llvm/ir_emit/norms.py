@@ -18,9 +18,10 @@ from typing import Callable
 
 from llvmlite import ir
 
+from .. import thunks as T
 from ..errors import ValidationError
 from .core import F32, FASTMATH, I64, EmitContext, width_of
-from .registry import lowering
+from ..registry import lowering
 from .rows import (SUM, Index, carried_loop, iadd, imul, load_lanes, next_row_base, offset_table, parallel_rows,
                    prefetch, reduce_row, row_offset, span_loop, splat, sqrt, store_lanes, stream_rows)
 
@@ -142,25 +143,25 @@ def _affine_norm(ctx: EmitContext, t, inputs: tuple[int, ...], bias: int | None,
     emit_row_norm(ctx, t.rows, t.h, Stats(center, False, t.eps), bind, (len(inputs) + 1) * 4 * t.h, inputs)
 
 
-@lowering("LayerNorm", inplace=True)
+@lowering(T.LayerNorm, inplace=True)
 def layer_norm(ctx: EmitContext, t) -> None:
     """`(x−μ)·(1/√(Σx²/h − μ² + eps))·g + b` per row (one-pass, biased, unclamped variance)."""
     _affine_norm(ctx, t, (t.src,), None, t.dst, center=True)
 
 
-@lowering("RmsNorm", inplace=True)
+@lowering(T.RmsNorm, inplace=True)
 def rms_norm(ctx: EmitContext, t) -> None:
     """`x·(1/√(Σx²/h + eps))·g + b` per row."""
     _affine_norm(ctx, t, (t.src,), None, t.dst, center=False)
 
 
-@lowering("FusedResidualLN", inplace=True)
+@lowering(T.FusedResidualLN, inplace=True)
 def fused_residual_ln(ctx: EmitContext, t) -> None:
     """LayerNorm of `x + res (+ bias)`; the sum is recomputed in the normalize pass, never stored."""
     _affine_norm(ctx, t, (t.x, t.res), t.bias if t.has_bias else None, t.out, center=True)
 
 
-@lowering("FusedResidualRmsNorm", inplace=True)
+@lowering(T.FusedResidualRmsNorm, inplace=True)
 def fused_residual_rms_norm(ctx: EmitContext, t) -> None:
     """RmsNorm of `x + res (+ bias)`."""
     _affine_norm(ctx, t, (t.x, t.res), t.bias if t.has_bias else None, t.out, center=False)
@@ -183,7 +184,7 @@ def check_ada_layer_norm(t) -> None:
     check_row_offsets(t.mod_off, t.rows, t.h, t.mod_len, "mod_off", "mod_len")
 
 
-@lowering("AdaLayerNorm", check=check_ada_layer_norm)
+@lowering(T.AdaLayerNorm, check=check_ada_layer_norm)
 def ada_layer_norm(ctx: EmitContext, t) -> None:
     """`norm(x)·(1 + scale[m + j]) + shift[m + j]`, m = mod_off[row]; norm without affine,
     LayerNorm with a two-pass variance (PyTorch's numerics; RLX's is UNKNOWN) or RMS."""
@@ -210,7 +211,7 @@ def check_gated_residual(t) -> None:
     check_row_offsets(t.gate_off, t.rows, t.h, t.gate_len, "gate_off", "gate_len")
 
 
-@lowering("GatedResidual", check=check_gated_residual)
+@lowering(T.GatedResidual, check=check_gated_residual)
 def gated_residual(ctx: EmitContext, t) -> None:
     """`out[row, j] = x + gate[gate_off[row] + j]·y`."""
     table = offset_table(ctx, t.gate_off, "gate_off")
@@ -241,7 +242,7 @@ def check_group_norm(t) -> None:
         raise ValidationError(f"num_groups = {t.num_groups} does not divide c = {t.c}", field="num_groups")
 
 
-@lowering("GroupNorm", check=check_group_norm, inplace=True)
+@lowering(T.GroupNorm, check=check_group_norm, inplace=True)
 def group_norm(ctx: EmitContext, t) -> None:
     """Per (batch, group) — a contiguous block of (C/G)·H·W — two-pass μ, var, then
     `((x−μ)·inv)·g[c] + b[c]` channel by channel."""
@@ -287,7 +288,7 @@ def _group_out(ctx: EmitContext, t, base: Index, j: Index, c: Index, lane_channe
 POSITION_BLOCK = 64  # positions per work unit: one cache line per channel per W=16 vector
 
 
-@lowering("LayerNorm2d", inplace=True)
+@lowering(T.LayerNorm2d, inplace=True)
 def layer_norm_2d(ctx: EmitContext, t) -> None:
     """Per (n, h, w) across the C channels: two-pass μ, var, `(x−μ)·inv·g[c] + b[c]`; vectorized
     across W neighbouring positions, so every channel step is one contiguous vector load."""
@@ -332,7 +333,7 @@ def layer_norm_2d(ctx: EmitContext, t) -> None:
 MAX_TILE = 16384  # elements of the per-thread α/β tile
 
 
-@lowering("BatchNormInference", inplace=True)
+@lowering(T.BatchNormInference, inplace=True)
 def batch_norm_inference(ctx: EmitContext, t) -> None:
     """`x·α[c] + β[c]` with α = g/√(var+eps), β = b − mean·α (PyTorch's CPU inference form).
 

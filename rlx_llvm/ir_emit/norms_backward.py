@@ -24,6 +24,7 @@ from typing import Callable
 
 from llvmlite import ir
 
+from .. import thunks as T
 from ..ops import ScatterNdReduction
 from ..thunks.attention import Rope
 from .attention import _rope_rows, check_rope
@@ -33,7 +34,7 @@ from .movement import memset_zero
 from .norms import (Stats, check_ada_layer_norm, check_gated_residual, check_group_norm, normalized, row_loader,
                     row_stats)
 from .reductions import _broadcast_last, _shift_in
-from .registry import lowering
+from ..registry import lowering
 from .rows import (SUM, Index, carried_loop, fconst, iadd, imul, offset_table, parallel_rows, reduce_row, row_offset,
                    splat, sqrt)
 
@@ -90,13 +91,13 @@ def _input_grad(ctx: EmitContext, t, center: bool) -> None:
         parallel_rows(ctx, t.rows, 16 * h, body)
 
 
-@lowering("LayerNormBackwardInput", inplace=True)
+@lowering(T.LayerNormBackwardInput, inplace=True)
 def layer_norm_backward_input(ctx: EmitContext, t) -> None:
     """LayerNorm's input gradient; μ and the one-pass variance recomputed from `x`."""
     _input_grad(ctx, t, center=True)
 
 
-@lowering("RmsNormBackwardInput", inplace=True)
+@lowering(T.RmsNormBackwardInput, inplace=True)
 def rms_norm_backward_input(ctx: EmitContext, t) -> None:
     """RmsNorm's input gradient `inv·(g − x̂·mean(g·x̂))` (β does not enter)."""
     _input_grad(ctx, t, center=False)
@@ -163,19 +164,19 @@ def _gamma_grad(ctx: EmitContext, t, center: bool) -> None:
     _column_sums(ctx, t.rows, t.h, t.dgamma, term)
 
 
-@lowering("LayerNormBackwardGamma")
+@lowering(T.LayerNormBackwardGamma)
 def layer_norm_backward_gamma(ctx: EmitContext, t) -> None:
     """`dγ[j] = Σ_rows dy·x̂` (f64 sums; zeros when there are no rows)."""
     _gamma_grad(ctx, t, center=True)
 
 
-@lowering("RmsNormBackwardGamma")
+@lowering(T.RmsNormBackwardGamma)
 def rms_norm_backward_gamma(ctx: EmitContext, t) -> None:
     """`dγ[j] = Σ_rows dy·x·inv` (f64 sums)."""
     _gamma_grad(ctx, t, center=False)
 
 
-@lowering("RmsNormBackwardBeta")
+@lowering(T.RmsNormBackwardBeta)
 def rms_norm_backward_beta(ctx: EmitContext, t) -> None:
     """`dβ[j] = Σ_rows dy` (f64 sums)."""
     if t.h:
@@ -190,7 +191,7 @@ def _reversed(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return b.shuffle_vector(v, ir.Constant(v.type, None), ir.Constant(vec(I32, w), [w - 1 - k for k in range(w)]))
 
 
-@lowering("CumsumBackward", inplace=True)
+@lowering(T.CumsumBackward, inplace=True)
 def cumsum_backward(ctx: EmitContext, t) -> None:
     """`dx[j] = Σ_{k ≥ j} dy[k]` (`k > j` when exclusive), f32 from the row's end: W-vectors taken
     from the end are reversed, scanned in log₂W shifted adds, offset by the carried total, reversed back."""
@@ -231,7 +232,7 @@ def cumsum_backward(ctx: EmitContext, t) -> None:
 
 # ── GatherBackward ──────────────────────────────────────────────────────────
 
-@lowering("GatherBackward")
+@lowering(T.GatherBackward)
 def gather_backward(ctx: EmitContext, t) -> None:
     """`dst = 0; dst[o, row(idx[k]), :] += dy[o, k, :]` in k order; ids Gather skips (≥ axis_dim) are dropped."""
     memset_zero(ctx, t.dst, 4 * t.outer * t.axis_dim * t.trailing)
@@ -261,7 +262,7 @@ def check_rope_backward(t) -> None:
     check_rope(as_rope(t))
 
 
-@lowering("RopeBackward", check=check_rope_backward, inplace=True)
+@lowering(T.RopeBackward, check=check_rope_backward, inplace=True)
 def rope_backward(ctx: EmitContext, t) -> None:
     """Rotate every head's first `n_rot` dims by −θ: `dx0 = dy0·c + dy1·s`, `dx1 = dy1·c − dy0·s`; copy the rest."""
     rows = t.batch * t.seq
@@ -287,7 +288,7 @@ def _inv_std(ctx: EmitContext, t) -> Callable[[Index, int], ir.Value]:
     return inv
 
 
-@lowering("BatchNormInferenceBackwardInput", inplace=True)
+@lowering(T.BatchNormInferenceBackwardInput, inplace=True)
 def batch_norm_inference_backward_input(ctx: EmitContext, t) -> None:
     """`dx[i, c] = α[c]·dy[i, c]`, α = γ/√(var + eps) precomputed per channel (PyTorch's eval-mode form)."""
     ch = t.channels
@@ -306,7 +307,7 @@ def batch_norm_inference_backward_input(ctx: EmitContext, t) -> None:
     parallel_rows(ctx, t.count, 8 * ch, body)
 
 
-@lowering("BatchNormInferenceBackwardGamma")
+@lowering(T.BatchNormInferenceBackwardGamma)
 def batch_norm_inference_backward_gamma(ctx: EmitContext, t) -> None:
     """`dγ[c] = Σ_i dy·(x − mean[c])·inv[c]` (f64 sums down the rows)."""
     if not t.channels:
@@ -322,7 +323,7 @@ def batch_norm_inference_backward_gamma(ctx: EmitContext, t) -> None:
     _column_sums(ctx, t.count, t.channels, t.dgamma, term)
 
 
-@lowering("BatchNormInferenceBackwardBeta")
+@lowering(T.BatchNormInferenceBackwardBeta)
 def batch_norm_inference_backward_beta(ctx: EmitContext, t) -> None:
     """`dβ[c] = Σ_i dy[i, c]` (f64 sums down the rows)."""
     if t.channels:
@@ -338,7 +339,7 @@ def _group_geometry(t) -> tuple[int, int, int]:
     return hw, cpg, cpg * hw
 
 
-@lowering("GroupNormBackwardInput", check=check_group_norm, inplace=True)
+@lowering(T.GroupNormBackwardInput, check=check_group_norm, inplace=True)
 def group_norm_backward_input(ctx: EmitContext, t) -> None:
     """Per (batch, group) block: the forward's two-pass μ, inv, then `dx = inv·(g − mean(g) − x̂·mean(g·x̂))`,
     g = dy·γ[c].  H·W = 1: the block is a row of channels (`row_input_grad` with γ[c0 + j])."""
@@ -413,7 +414,7 @@ def _nchw(ctx: EmitContext, t, nn: ir.Value, c: ir.Value, j: Index) -> ir.Value:
     return iadd(b, imul(b, iadd(b, imul(b, nn, t.c), c), t.h * t.w), j)
 
 
-@lowering("GroupNormBackwardGamma", check=check_group_norm)
+@lowering(T.GroupNormBackwardGamma, check=check_group_norm)
 def group_norm_backward_gamma(ctx: EmitContext, t) -> None:
     """`dγ[c] = Σ_{n, hw} dy·x̂`, x̂ from the forward's two-pass block statistics (kept in scratch)."""
     hw, cpg, size = _group_geometry(t)
@@ -440,7 +441,7 @@ def group_norm_backward_gamma(ctx: EmitContext, t) -> None:
     _channel_sums_f64(ctx, t, t.dgamma, term)
 
 
-@lowering("GroupNormBackwardBeta")
+@lowering(T.GroupNormBackwardBeta)
 def group_norm_backward_beta(ctx: EmitContext, t) -> None:
     """`dβ[c] = Σ_{n, hw} dy` (f64 sums)."""
     if t.c:
@@ -515,7 +516,7 @@ def _offset_sums(ctx: EmitContext, rows: int, h: int, offs, table, length: int, 
     parallel_rows(ctx, units, max(1, (4 * (n + 1) * rows * h + 12 * n * length) // units), body)
 
 
-@lowering("AdaLayerNormBackward", check=check_ada_layer_norm)
+@lowering(T.AdaLayerNormBackward, check=check_ada_layer_norm)
 def ada_layer_norm_backward(ctx: EmitContext, t) -> None:
     """Packed `[dx ‖ dscale ‖ dshift]`: `dx = inv·(g − mean(g) − ŷ·mean(g·ŷ))`, g = dy·(1 + scale[m + j]), ŷ and
     inv from the forward's two-pass LayerNorm (or RMS, no `mean(g)`) statistics; `dscale[k] = Σ dy·ŷ`,
@@ -548,7 +549,7 @@ def ada_layer_norm_backward(ctx: EmitContext, t) -> None:
     _offset_sums(ctx, rows, h, t.mod_off, table, t.mod_len, (ds, dt), terms)
 
 
-@lowering("GatedResidualBackward", check=check_gated_residual)
+@lowering(T.GatedResidualBackward, check=check_gated_residual)
 def gated_residual_backward(ctx: EmitContext, t) -> None:
     """Packed `[dx ‖ dy ‖ dgate]`: `dx = dy`, `d(y) = dy·gate[m + j]`, `dgate[k] = Σ dy·y` over the (row, j) with
     `gate_off[row] + j = k` (f64 sums, zeros where no row lands); `x` is not read."""

@@ -14,11 +14,12 @@ from typing import Callable
 
 from llvmlite import ir
 
+from .. import thunks as T
 from ..dtypes import DType
 from ..errors import ValidationError
 from ..ops import ReduceOp
 from .core import F32, F64, FASTMATH, I1, I32, I64, EmitContext, const, vec, width_of
-from .registry import lowering
+from ..registry import lowering
 from .rows import (MAX, MIN, PROD, SUM, Combine, Index, as_value, call_intrinsic, carried_loop, entry_alloca,
                    exp_sum, fconst, iadd, imul, is_nan, lane_ids, load_lanes, nan_max, nan_min, next_row_base,
                    parallel_rows, prefetch, reduce_row, row_max, span_loop, splat, store_lanes)
@@ -54,7 +55,7 @@ def check_softmax(t) -> None:
                               field="inner")
 
 
-@lowering("Softmax", check=check_softmax, inplace=True)
+@lowering(T.Softmax, check=check_softmax, inplace=True)
 def softmax(ctx: EmitContext, t) -> None:
     """In place: `m = max` (NaN-ignoring), `e = exp(x − m)`, `y = e · (1/Σe)`.
 
@@ -119,14 +120,14 @@ def _softmax_columns(ctx: EmitContext, t, o: ir.Value, i: ir.Value, w: int, mask
 COMBINE = {ReduceOp.Sum: SUM, ReduceOp.Mean: SUM, ReduceOp.Max: MAX, ReduceOp.Min: MIN, ReduceOp.Prod: PROD}
 
 
-@lowering("Reduce")
+@lowering(T.Reduce)
 def reduce(ctx: EmitContext, t) -> None:
     """`[outer, reduced, inner] → [outer, inner]`: Sum, Mean (= Sum / reduced), Max/Min (NaN-ignoring,
     from ∓inf), Prod (from 1)."""
     emit_reduce(ctx, F32, COMBINE[t.op], t.op is ReduceOp.Mean, t.src, t.dst, t.outer, t.reduced, t.inner)
 
 
-@lowering("ReduceSumF64")
+@lowering(T.ReduceSumF64)
 def reduce_sum_f64(ctx: EmitContext, t) -> None:
     """f64 sum over the reduced axis."""
     emit_reduce(ctx, F64, SUM, False, t.src, t.dst, t.outer, t.reduced, t.inner)
@@ -230,7 +231,7 @@ def merge_lanes(ctx: EmitContext, is_max: bool, best: ir.Value, idx: ir.Value) -
     return best, idx
 
 
-@lowering("ArgReduce", check=check_arg_reduce)
+@lowering(T.ArgReduce, check=check_arg_reduce)
 def arg_reduce(ctx: EmitContext, t) -> None:
     """f32 index of the max (`is_max`) or min along the reduced axis; first occurrence on ties,
     a NaN counts as the extreme (first NaN wins)."""
@@ -305,7 +306,7 @@ def check_top_k(t) -> None:
                               field="axis_dim")
 
 
-@lowering("TopK", check=check_top_k)
+@lowering(T.TopK, check=check_top_k)
 def top_k(ctx: EmitContext, t) -> None:
     """RLX's k rounds of strictly-greater arg-max from element 0 (chosen element → −inf), computed
     in one pass: a list of the best `min(k, axis_dim)` (value, index) pairs sorted by value, a
@@ -499,7 +500,7 @@ def check_cumsum(t) -> None:
         raise ValidationError(f"dtype {t.dtype}: Cumsum runs in f32 or i64 lanes", field="dtype")
 
 
-@lowering("Cumsum", check=check_cumsum, inplace=True)
+@lowering(T.Cumsum, check=check_cumsum, inplace=True)
 def cumsum(ctx: EmitContext, t) -> None:
     """Running sum along the last axis (f32, or wrapping i64); `exclusive` writes the sum before
     adding.  Each vector is scanned in log₂W shifted adds, then offset by the carried total."""
@@ -507,7 +508,7 @@ def cumsum(ctx: EmitContext, t) -> None:
     emit_scan(ctx, t, elem, "add", 0)
 
 
-@lowering("CumScan", check=None, inplace=True)
+@lowering(T.CumScan, check=None, inplace=True)
 def cum_scan(ctx: EmitContext, t) -> None:
     """Running product (`is_max = false`, from 1) or NaN-ignoring maximum (from −inf), f32."""
     emit_scan(ctx, t, F32, "max" if t.is_max else "mul", -math.inf if t.is_max else 1.0)
@@ -579,7 +580,7 @@ def emit_scan(ctx: EmitContext, t, elem: ir.Type, kind: str, identity: float) ->
 
 # ── Histogram ───────────────────────────────────────────────────────────────
 
-@lowering("Histogram")
+@lowering(T.Histogram)
 def histogram(ctx: EmitContext, t) -> None:
     """f32 counts of `bins` equal-width buckets over [min, max]: bucket `floor((x−min)/(max−min)·bins)`
     in f32, `x == max` → last bin, values outside [min, max] and NaN dropped (u32 counters in

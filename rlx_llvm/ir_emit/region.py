@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .. import thunks as T
 from ..dtypes import DType
 from ..errors import ValidationError
 from ..ops import ChainOperand, ChainStep
 from . import elementmath as em
 from .core import F32, I32, I64, STORAGE, EmitContext, const, narrow_from_f32, widen_to_f32
-from .registry import lowering
+from ..registry import lowering
 
 MAX_INPUTS, MAX_STEPS = 16, 32
 
@@ -55,7 +56,7 @@ def _operands(step) -> tuple:
     return (step.cond, step.on_true, step.on_false)
 
 
-@lowering("ElementwiseRegion", check=check_region, inplace=True)
+@lowering(T.ElementwiseRegion, check=check_region, inplace=True)
 def elementwise_region(ctx: EmitContext, t) -> None:
     """Emit the fused chain as one vector loop over `len` output elements."""
     if t.len == 0 or not t.chain:

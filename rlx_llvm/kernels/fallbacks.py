@@ -21,8 +21,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
+from .. import thunks as T
 from ..errors import ValidationError
-from ..ir_emit.registry import fallback
+from ..registry import fallback
 
 
 def _view(arena: np.ndarray, offset: int, dtype, count: int) -> np.ndarray:
@@ -54,7 +55,7 @@ def check_part(parts: int):
     return check
 
 
-@fallback("SvdF32", check=check_part(3))
+@fallback(T.SvdF32, check=check_part(3))
 def svd_f32(arena: np.ndarray, t) -> None:
     """One factor (0 = U, 1 = S, 2 = Vt) of the thin SVD of `a[m, n]`."""
     m, n, k = t.m, t.n, min(t.m, t.n)
@@ -67,7 +68,7 @@ def svd_f32(arena: np.ndarray, t) -> None:
     _view(arena, t.out, np.float32, factor.size)[:] = factor.reshape(-1)
 
 
-@fallback("QrF32", check=check_part(2))
+@fallback(T.QrF32, check=check_part(2))
 def qr_f32(arena: np.ndarray, t) -> None:
     """One factor (0 = Q[m, k], 1 = R[k, n]) of the thin QR of `a[m, n]`."""
     m, n, k = t.m, t.n, min(t.m, t.n)
@@ -85,7 +86,7 @@ def sort_order(x: np.ndarray, descending: bool) -> np.ndarray:
     return np.argsort(-x if descending else x, axis=1, kind="stable")
 
 
-@fallback("SortF32")
+@fallback(T.SortF32)
 def sort_f32(arena: np.ndarray, t) -> None:
     """Sort (values) or argsort (f32 indices) each fiber of the `[outer, axis_dim, inner]` view."""
     count = t.outer * t.axis_dim * t.inner

@@ -16,7 +16,7 @@ import numpy as np
 
 REFERENCES: dict[str, Callable] = {}
 
-FAMILIES = ("region", "casts", "elementwise", "movement", "indexing", "norms", "reductions", "losses", "gemm", "linalg", "attention", "fused_layers", "backward", "conv", "norms_backward")
+FAMILIES = ("region", "casts", "elementwise", "movement", "indexing", "norms", "reductions", "losses", "gemm", "linalg", "attention", "fused_layers", "activation_backward", "conv", "norms_backward")
 
 
 def reference(*kinds: str) -> Callable:

@@ -1,4 +1,4 @@
-"""Shared bodies (rlx_llvm.ir_emit.shared): thunks that differ only in buffer offsets call one
+"""Shared bodies (rlx_llvm.ir_emit.shared_bodies): thunks that differ only in buffer offsets call one
 compiled body, and still compute exactly what each would compute alone."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import rlx_llvm as rl
 from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.ir_emit.core import FIELD_STRIDE
-from rlx_llvm.ir_emit.shared import buffer_fields, canonical
+from rlx_llvm.ir_emit.shared_bodies import buffer_fields, canonical
 from rlx_llvm.ops import MaskKind
 from rlx_llvm.thunks.base import USIZE_MAX
 from tests.ir_emit.test_fused_layers import bert_inputs

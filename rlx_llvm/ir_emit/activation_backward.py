@@ -17,12 +17,13 @@ from typing import Callable
 
 from llvmlite import ir
 
+from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import Activation
 from . import vecmath as vm
 from .core import EmitContext
 from .elementwise import F32_ELEM, F64_ELEM, Elem, Operand, Output, emit_walk
-from .registry import lowering
+from ..registry import lowering
 
 A = Activation
 DECOMPOSED = (A.Erf, A.HardSwish, A.HardSigmoid, A.Mish, A.Softsign, A.LogSigmoid)
@@ -198,13 +199,13 @@ def _grad_map(ctx: EmitContext, t, grad: Callable) -> None:
     emit_walk(ctx, (t.len,), [Operand(t.x, elem, (1,)), Operand(t.dy, elem, (1,))], [Output(t.dx, elem)], grad)
 
 
-@lowering("ReluBackward", "ReluBackwardF64", inplace=True)
+@lowering(T.ReluBackward, T.ReluBackwardF64, inplace=True)
 def relu_backward(ctx: EmitContext, t) -> None:
     """dx = dy where x > 0, else +0 (a select: NaN x → 0, NaN dy passes only where x > 0)."""
     _grad_map(ctx, t, lambda b, x, dy: b.select(b.fcmp_ordered(">", x, _c(x, 0.0)), dy, _c(x, 0.0)))
 
 
-@lowering("ActivationBackward", "ActivationBackwardF64", check=check_activation_backward, inplace=True)
+@lowering(T.ActivationBackward, T.ActivationBackwardF64, check=check_activation_backward, inplace=True)
 def activation_backward(ctx: EmitContext, t) -> None:
     """dx = kind'(x)·dy."""
     _grad_map(ctx, t, lambda b, x, dy: b.fmul(derivative(b, t.kind, x), dy))

@@ -1,0 +1,99 @@
+"""The lowering registry: thunk class → how it runs (an LLVM emitter or a Python fallback).
+
+Family modules register with `@lowering(T.LayerNorm, ...)` (native code) or `@fallback(T.SvdF32)`
+(NumPy/SciPy on arena views).  `FAMILIES` is the one list of those modules; `load_all()` imports
+them.  This module imports nothing of `ir_emit` or `kernels`, so both can depend on it.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+from .thunks import ALL_THUNKS, Thunk
+
+PATHS = ("llvm", "blas", "scipy")
+
+# Every module that registers lowerings, in import order: the IR emitter families, then the fallbacks.
+FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
+    "nop", "region", "elementwise", "casts", "movement", "indexing", "norms", "reductions", "losses",
+    "gemm", "linalg", "attention", "fused_layers", "activation_backward", "conv", "norms_backward",
+)) + ("rlx_llvm.kernels.fallbacks",)
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """How one thunk kind runs.
+
+    `emit(ctx, thunk)` writes native code (paths `llvm`, `blas`); `run(arena_bytes, thunk)` is a
+    Python fallback on NumPy views of the arena (path `scipy`).  `check(thunk)` adds validation
+    beyond field ranges and extents.  `inplace` lets a write extent coincide exactly with a read
+    extent (element-wise kernels read each element before writing it).  `shared_body` lets
+    thunks that differ only in buffer offsets share one compiled body (`ir_emit.shared_bodies`):
+    the emitter must reach the arena only through `ctx.addr`/`load`/`store` and `ArenaRef`s.
+    `path` is the path the kind is registered under; a GEMM registered as `blas` may still run as
+    IR tiles for a given size (`Program.report()` shows what each compiled thunk actually became).
+    """
+
+    cls: type[Thunk]
+    path: str
+    emit: Callable | None = None
+    run: Callable | None = None
+    check: Callable | None = None
+    inplace: bool = False
+    shared_body: bool = False
+
+    @property
+    def kind(self) -> str:
+        """The thunk kind's name, e.g. `"LayerNorm"`."""
+        return self.cls.__name__
+
+
+LOWERINGS: dict[type[Thunk], Lowering] = {}
+
+
+def lowering(*classes: type[Thunk], path: str = "llvm", check: Callable | None = None, inplace: bool = False,
+             shared_body: bool = False) -> Callable:
+    """Decorator: register `emit(ctx, thunk)` as the native lowering of `classes`."""
+    if path not in ("llvm", "blas"):
+        raise ValueError(f"native path must be 'llvm' or 'blas', not {path!r}")
+    return _register(classes, path, check, inplace, native=True, shared_body=shared_body)
+
+
+def fallback(*classes: type[Thunk], path: str = "scipy", check: Callable | None = None) -> Callable:
+    """Decorator: register `run(arena_bytes, thunk)` as the Python fallback of `classes`."""
+    return _register(classes, path, check, False, native=False)
+
+
+def _thunk_class(cls) -> type[Thunk]:
+    """The registered thunk class itself; anything else (a name, a stray class) is refused."""
+    if isinstance(cls, type) and ALL_THUNKS.get(cls.__name__) is cls:
+        return cls
+    raise TypeError(f"lowerings are registered for thunk classes (rlx_llvm.thunks), not {cls!r}")
+
+
+def _register(classes, path, check, inplace, native, shared_body=False) -> Callable:
+    if not classes:
+        raise TypeError("name at least one thunk class")
+    classes = [_thunk_class(c) for c in classes]
+
+    def deco(fn: Callable) -> Callable:
+        for cls in classes:
+            if cls in LOWERINGS:
+                raise RuntimeError(f"{cls.__name__} registered twice")
+            LOWERINGS[cls] = Lowering(cls, path, emit=fn if native else None, run=None if native else fn,
+                                      check=check, inplace=inplace, shared_body=shared_body)
+        return fn
+    return deco
+
+
+def load_all() -> None:
+    """Import every family module, so that each registers its lowerings."""
+    for name in FAMILIES:
+        importlib.import_module(name)
+
+
+def lowering_of(thunk: Thunk) -> Lowering | None:
+    """The lowering of a thunk instance (`None` when its kind has none)."""
+    load_all()
+    return LOWERINGS.get(type(thunk))
