@@ -1,4 +1,5 @@
-"""The JIT engine: target machine, O3 pipeline, object code, on-disk cache and MCJIT loading.
+"""The JIT engine: target machine, O3 pipeline, object code and MCJIT loading (the on-disk cache
+is `rlx_llvm.cache`).
 
 Every LLVM trap we know of is handled here, where it lives (see docs/architecture.md):
 
@@ -18,18 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import llvmlite
 import llvmlite.binding as llvm
 
 from .errors import RlxError
+
+if TYPE_CHECKING:
+    from .cache import ObjectCache
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -148,9 +150,35 @@ def parse_and_verify(ir_text: str):
     return mod
 
 
-def unresolved_externals(mod, defined: set[str] = frozenset()) -> list[str]:
-    """Declared functions and globals that neither LLVM intrinsics, the process, nor `defined` provide."""
-    return [name for name in _declared_externals(mod) if name not in defined and not llvm.address_of_symbol(name)]
+# Callables that register runtime symbols with LLVM (libgomp, BLAS/LAPACK capsules, …), cheapest
+# first; `missing_symbols` runs them only while something is still unresolved.
+SYMBOL_PROVIDERS: list[Callable[[], None]] = []
+
+
+def missing_symbols(names: "list[str] | tuple[str, ...]") -> list[str]:
+    """The names the process cannot provide, after every symbol provider has had its chance.
+
+    The one externals check: MCJIT links an unresolved external to NULL without a word, so no
+    object is loaded until this returns an empty list.
+    """
+    initialize()
+
+    def missing() -> list[str]:
+        return [name for name in names if not llvm.address_of_symbol(name)]
+
+    left = missing()
+    for provide in SYMBOL_PROVIDERS:
+        if not left:
+            break
+        provide()
+        left = missing()
+    return left
+
+
+def _refuse_unresolved(names: list[str]) -> None:
+    missing = missing_symbols(names)
+    if missing:
+        raise RlxError(f"unresolved external symbols {missing}: refusing to load code that would call NULL")
 
 
 def _declared_externals(mod) -> list[str]:
@@ -180,99 +208,17 @@ def cache_key(ir_text: str, opt: int) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-class ObjectCache:
-    """On-disk store of compiled objects keyed by `cache_key` (atomic writes, safe to share)."""
-
-    def __init__(self, directory: "str | os.PathLike | None" = None) -> None:
-        self.directory = Path(directory or default_cache_dir())
-
-    def load(self, key: str) -> ObjectCode | None:
-        """The cached object for `key`, or None."""
-        base = self.directory / key[:2] / key
-        try:
-            meta = json.loads((base.with_suffix(".json")).read_text())
-            obj = base.with_suffix(".o").read_bytes()
-            ir_text = base.with_suffix(".ll").read_text()
-        except (OSError, ValueError):
-            return None
-        if hashlib.sha256(obj).hexdigest() != meta.get("object_sha256"):
-            return None
-        return ObjectCode(key, obj, ir_text, meta.get("externals", []), from_cache=True)
-
-    def _write(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-
-    def store_meta(self, key: str, meta: dict, source_ir: str) -> None:
-        """Remember a compiled schedule's plan (and its unoptimized IR) under its warm-start key."""
-        base = self.directory / key[:2] / key
-        try:
-            self._write(base.with_suffix(".src.ll"), source_ir.encode())
-            self._write(base.with_suffix(".plan.json"), json.dumps(meta).encode())
-        except OSError:
-            pass
-
-    def load_meta(self, key: str) -> dict | None:
-        """The plan stored by `store_meta`, or None."""
-        try:
-            return json.loads((self.directory / key[:2] / key).with_suffix(".plan.json").read_text())
-        except (OSError, ValueError):
-            return None
-
-    def load_source_ir(self, key: str) -> str | None:
-        """The unoptimized IR stored beside a plan."""
-        try:
-            return (self.directory / key[:2] / key).with_suffix(".src.ll").read_text()
-        except OSError:
-            return None
-
-    def store(self, code: ObjectCode) -> None:
-        """Write an object atomically; failures to write are ignored (the cache is optional)."""
-        base = self.directory / code.key[:2] / code.key
-        meta = {"object_sha256": hashlib.sha256(code.object).hexdigest(), "externals": code.externals,
-                "llvmlite": llvmlite.__version__}
-        try:
-            base.parent.mkdir(parents=True, exist_ok=True)
-            for suffix, data in ((".o", code.object), (".ll", code.optimized_ir.encode()),
-                                 (".json", json.dumps(meta).encode())):
-                fd, tmp = tempfile.mkstemp(dir=base.parent, prefix=".tmp-")
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                os.replace(tmp, base.with_suffix(suffix))
-        except OSError:
-            pass
-
-
-def default_cache_dir() -> Path:
-    """$RLX_LLVM_CACHE_DIR, else $XDG_CACHE_HOME/rlx_llvm, else ~/.cache/rlx_llvm."""
-    env = os.environ.get("RLX_LLVM_CACHE_DIR")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rlx_llvm"
-
-
-def cache_enabled_by_env() -> bool:
-    """False when RLX_LLVM_CACHE=0 disables the object cache."""
-    return os.environ.get("RLX_LLVM_CACHE", "1") not in ("0", "false", "no", "off")
-
-
 def compile_ir(ir_text: str, *, opt: int = 3, cache: "ObjectCache | None" = None) -> ObjectCode:
     """IR text → verified, optimized object code (from `cache` when it has it)."""
     key = cache_key(ir_text, opt)
     if cache is not None:
         hit = cache.load(key)
-        if hit is not None and all(llvm.address_of_symbol(s) for s in hit.externals):
+        if hit is not None and not missing_symbols(hit.externals):
             return hit
     t0 = time.perf_counter()
     mod = parse_and_verify(ir_text)
     t1 = time.perf_counter()
-    missing = unresolved_externals(mod)
-    if missing:
-        raise RlxError(f"unresolved external symbols {missing}: refusing to load code that would "
-                       "call NULL")
+    _refuse_unresolved(_declared_externals(mod))
     optimize(mod, opt)
     t2 = time.perf_counter()
     tm = compile_target_machine()
@@ -304,10 +250,7 @@ class Engine:
 
     def load(self, code: ObjectCode) -> None:
         """Add an object file and finalize it (refusing one whose externals would link to NULL)."""
-        missing = [name for name in code.externals if not llvm.address_of_symbol(name)]
-        if missing:
-            raise RlxError(f"unresolved external symbols {missing}: refusing to load code that would "
-                           "call NULL")
+        _refuse_unresolved(code.externals)
         self._ee.add_object_file(llvm.ObjectFileRef.from_data(code.object))
         self._ee.finalize_object()
 

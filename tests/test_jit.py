@@ -6,6 +6,7 @@ import textwrap
 import pytest
 
 from rlx_llvm import RlxError, jit
+from rlx_llvm.cache import ObjectCache
 
 GOOD = textwrap.dedent("""
     define i32 @answer(ptr %p) {
@@ -54,7 +55,7 @@ def test_unresolved_external_is_refused_before_loading():
 
 
 def test_object_cache_round_trip(tmp_path):
-    cache = jit.ObjectCache(tmp_path)
+    cache = ObjectCache(tmp_path)
     first = jit.compile_ir(GOOD, cache=cache)
     assert not first.from_cache
     second = jit.compile_ir(GOOD, cache=cache)
@@ -63,7 +64,7 @@ def test_object_cache_round_trip(tmp_path):
 
 
 def test_corrupt_cache_entry_is_ignored(tmp_path):
-    cache = jit.ObjectCache(tmp_path)
+    cache = ObjectCache(tmp_path)
     code = jit.compile_ir(GOOD, cache=cache)
     obj = next(tmp_path.rglob("*.o"))
     obj.write_bytes(b"garbage")

@@ -1,6 +1,6 @@
 """Thunks that run in Python on NumPy views of the arena: SvdF32, QrF32 (SciPy LAPACK), SortF32.
 
-A native segment ends where one of these starts (`program._plan`).  Each reads exactly its
+A native segment ends where one of these starts (`codegen.plan`).  Each reads exactly its
 declared input extent and writes exactly its declared output extent (float64 internally).
 
 Conventions (documented in docs/lowering-blas.md):
