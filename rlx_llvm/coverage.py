@@ -3,11 +3,10 @@ from __future__ import annotations
 
 
 def coverage() -> dict[str, str]:
-    """`{kind: "llvm" | "blas" | "scipy" | "missing"}` over every thunk kind, in seed order.
+    """`{kind: "llvm" | "blas" | "llvm|blas" | "scipy" | "missing"}` over every kind, in seed order.
 
-    `blas` means "IR tiles or a BLAS call, chosen by size": a GEMM-family kind registered as `blas`
-    runs its small sizes as IR register tiles; `Program.report()` shows which one a compiled thunk
-    became.
+    `llvm|blas` means IR register tiles or a BLAS call, chosen by size (GEMM-based kinds);
+    `Program.report()` shows which one each compiled thunk became.
     """
     from . import registry
     from .thunks import ALL_THUNKS

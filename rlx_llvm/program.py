@@ -225,7 +225,7 @@ class Program:
 def _describe(kind: str, status: int) -> str:
     """What a native status means: BLAS/LAPACK lowerings share one table (kernels.blas.Status)."""
     low = registry.LOWERINGS.get(registry.ALL_THUNKS.get(kind))
-    if low is not None and low.path == "blas":
+    if low is not None and "blas" in low.path.split("|"):
         from .kernels.blas import describe_status
         return describe_status(status)
     return "error"

@@ -13,6 +13,7 @@ from typing import Callable
 from .thunks import ALL_THUNKS, Thunk
 
 PATHS = ("llvm", "blas", "scipy")
+NATIVE_PATHS = ("llvm", "blas", "llvm|blas")  # "llvm|blas": IR tiles or a BLAS call, chosen by size
 
 # Every module that registers lowerings, in import order: the IR emitter families, then the fallbacks.
 FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
@@ -31,8 +32,8 @@ class Lowering:
     extent (element-wise kernels read each element before writing it).  `shared_body` lets
     thunks that differ only in buffer offsets share one compiled body (`ir_emit.shared_bodies`):
     the emitter must reach the arena only through `ctx.addr`/`load`/`store` and `ArenaRef`s.
-    `path` is the path the kind is registered under; a GEMM registered as `blas` may still run as
-    IR tiles for a given size (`Program.report()` shows what each compiled thunk actually became).
+    `path` is `llvm`, `blas`, `llvm|blas` (IR tiles or a BLAS call, chosen by size) or `scipy`;
+    `Program.report()` shows which one each compiled thunk actually became.
     """
 
     cls: type[Thunk]
@@ -55,8 +56,8 @@ LOWERINGS: dict[type[Thunk], Lowering] = {}
 def lowering(*classes: type[Thunk], path: str = "llvm", check: Callable | None = None, inplace: bool = False,
              shared_body: bool = False) -> Callable:
     """Decorator: register `emit(ctx, thunk)` as the native lowering of `classes`."""
-    if path not in ("llvm", "blas"):
-        raise ValueError(f"native path must be 'llvm' or 'blas', not {path!r}")
+    if path not in NATIVE_PATHS:
+        raise ValueError(f"native path must be one of {NATIVE_PATHS}, not {path!r}")
     return _register(classes, path, check, inplace, native=True, shared_body=shared_body)
 
 
