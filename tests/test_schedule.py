@@ -12,7 +12,7 @@ from rlx_llvm.dtypes import LaneKind
 from rlx_llvm.errors import ValidationError
 from rlx_llvm.ops import Activation, BinaryOp, ChainOperand as In, ChainStep as S, MaskKind, RngBackend, RngOptions
 from rlx_llvm.schedule import ThunkSchedule
-from tests.thunks.test_model import schedule_strategy
+from tests.strategies import schedule_strategy
 
 
 def body() -> ThunkSchedule:

@@ -3,11 +3,9 @@ field checks."""
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import re
 import typing
-from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,55 +14,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlx_llvm import thunks as T
-from rlx_llvm._sumtype import SumType
 from rlx_llvm.dtypes import DType, HalfKind, LaneKind
 from rlx_llvm.errors import ValidationError
 from rlx_llvm.ops import (Activation, AttentionBwdWrt, BinaryOp, ChainOperand as In, ChainStep as S, MaskKind,
-                          QuantScheme, ReduceOp, RngBackend, RngOptions, ScaledFormat, ScaleLayout, ScaleMode,
-                          SteKind)
+                          QuantScheme, ReduceOp, ScaledFormat, ScaleLayout, ScaleMode, SteKind)
 from rlx_llvm.schedule import ThunkSchedule
 from rlx_llvm.thunks.base import FixedLen, RustInt
+from tests.strategies import hints, thunk_strategy
 
-SEED = Path(__file__).resolve().parents[2] / ".." / "shared" / "seed" / "types.rs"
+SEED_THUNKS = Path(__file__).resolve().parents[1] / "data" / "seed_thunks.json"  # tests/data/make_seed_thunks.py
 MAX = T.USIZE_MAX
 
 
 # ── the seed ────────────────────────────────────────────────────────────────
 
-def parse_seed(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
-    """[(variant, [(field, rust type)])] of `pub enum Thunk` in declaration order."""
-    body = text[text.index("pub enum Thunk {") + len("pub enum Thunk {"):]
-    depth = 1
-    for end, ch in enumerate(body):
-        depth += {"{": 1, "}": -1}.get(ch, 0)
-        if depth == 0:
-            break
-    variants: list[tuple[str, list[tuple[str, str]]]] = []
-    current = None
-    for raw in body[:end].splitlines():
-        line = re.sub(r"//.*$", "", raw).strip()
-        if not line:
-            continue
-        if current is None:
-            name, brace = re.fullmatch(r"(\w+)\s*(\{)?,?", line).groups()
-            current = (name, [])
-            if not brace:
-                variants.append(current)
-                current = None
-        elif line.startswith("}"):
-            variants.append(current)
-            current = None
-        else:
-            field, typ = re.fullmatch(r"(\w+):\s*(.+?),?", line).groups()
-            current[1].append((field, typ))
-    return variants
-
-
 @pytest.fixture(scope="module")
-def seed():
-    if not SEED.exists():
-        pytest.skip(f"seed not found at {SEED}")
-    return parse_seed(SEED.read_text())
+def seed() -> list[tuple[str, list[tuple[str, str]]]]:
+    """[(variant, [(field, rust type)])] of the seed's `pub enum Thunk` in declaration order."""
+    kinds = json.loads(SEED_THUNKS.read_text())["kinds"]
+    return [(name, [(f, t) for f, t in fields]) for name, fields in kinds.items()]
 
 
 def _unwrap_arc(t: str) -> str:
@@ -108,11 +76,6 @@ def python_spelling(hint: Any) -> str:
     return hint.__name__
 
 
-def hints(cls: type) -> dict[str, Any]:
-    h = typing.get_type_hints(cls, localns={"ThunkSchedule": ThunkSchedule}, include_extras=True)
-    return {f.name: h[f.name] for f in dataclasses.fields(cls)}
-
-
 def test_kind_names_in_seed_order(seed):
     assert list(T.ALL_THUNKS) == [name for name, _ in seed]
     assert len(T.ALL_THUNKS) == 196
@@ -150,95 +113,6 @@ def test_kind_is_the_class_name_unless_a_field_is_called_kind():
     pool = T.Pool2D(src=0, dst=0, n=1, c=1, h=1, w=1, h_out=1, w_out=1, kh=1, kw=1, sh=1, sw=1, ph=0, pw=0,
                     kind=ReduceOp.Max)
     assert pool.kind is ReduceOp.Max and pool.to_jsonable()["Pool2D"]["kind"] == "Max"
-
-
-# ── hypothesis strategies from the type hints ───────────────────────────────
-
-def _ints(rust: RustInt) -> st.SearchStrategy[int]:
-    return st.integers(rust.lo, rust.hi)  # Hypothesis already favours 0, small values and the bounds
-
-
-F32_VALUES = st.one_of(st.floats(width=32, allow_nan=False), st.floats(-1e30, 1e30),
-                       st.sampled_from([0.0, -0.0, 0.1, 1e-45, float("inf"), float("-inf")]))
-
-
-@cache
-def sum_type_strategy(tp: type) -> st.SearchStrategy:
-    """Every unit variant, and every data variant built from its own field hints."""
-    options = []
-    for variant in tp._variants.values():
-        if not isinstance(variant, type):
-            options.append(st.just(variant))
-            continue
-        field_hints = typing.get_type_hints(variant)
-        parts = [value_strategy(field_hints[f.name]) for f in dataclasses.fields(variant)]
-        options.append(st.tuples(*parts).map(lambda vals, v=variant: v(*vals)))
-    return st.one_of(*options)
-
-
-def value_strategy(hint: Any) -> st.SearchStrategy:
-    """Values a field of type `hint` may hold (valid for `check_fields`)."""
-    meta = hint.__metadata__ if typing.get_origin(hint) is Annotated else ()
-    base = hint.__origin__ if meta else hint
-    for m in meta:
-        if isinstance(m, RustInt):
-            return _ints(m)
-        if m == "f32":
-            return F32_VALUES
-    args = typing.get_args(base)
-    if type(None) in args:
-        return st.one_of(st.none(), value_strategy(next(a for a in args if a is not type(None))))
-    if typing.get_origin(base) is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            n = next((m.n for m in meta if isinstance(m, FixedLen)), None)
-            return st.lists(value_strategy(args[0]), min_size=n or 0, max_size=n or 3).map(tuple)
-        return st.tuples(*(value_strategy(a) for a in args))
-    if base is int:
-        return st.integers(0, 2**32)
-    if base is float:
-        return st.floats(allow_nan=False)
-    if base is bool:
-        return st.booleans()
-    if base is str:
-        return st.text(max_size=8)
-    if base is bytes:
-        return st.binary(max_size=16)
-    if base is ThunkSchedule:
-        return schedule_strategy(nested=False)
-    if issubclass(base, enum.Enum):
-        return st.sampled_from(list(base))
-    if issubclass(base, SumType):
-        return sum_type_strategy(base)
-    raise TypeError(f"no strategy for {hint!r}")
-
-
-NESTING = {name for name, cls in T.ALL_THUNKS.items()
-           if any("ThunkSchedule" in python_spelling(h) for h in hints(cls).values())}
-
-
-@cache
-def thunk_strategy(kind: str) -> st.SearchStrategy[T.Thunk]:
-    """Valid instances of one thunk kind (nested schedules hold only non-nesting thunks)."""
-    cls = T.ALL_THUNKS[kind]
-    fields = {name: value_strategy(h) for name, h in hints(cls).items()}
-    if kind == "ElementwiseRegion":  # in_lanes is parallel to input_offs
-        def region(n: int) -> st.SearchStrategy:
-            offs = st.lists(_ints(RustInt("usize", 0, MAX)), min_size=n, max_size=n).map(tuple)
-            lanes = st.lists(st.sampled_from(list(LaneKind)), min_size=n, max_size=n).map(tuple)
-            return st.builds(cls, **{**fields, "input_offs": offs, "in_lanes": st.just(()) | lanes})
-        return st.integers(0, 4).flatmap(region)
-    return st.builds(cls, **fields)
-
-
-ANY_SIMPLE_THUNK = st.sampled_from(sorted(set(T.ALL_THUNKS) - NESTING)).flatmap(thunk_strategy)
-
-
-def schedule_strategy(nested: bool = True, max_thunks: int = 3) -> st.SearchStrategy[ThunkSchedule]:
-    """Schedules of random thunks (one level of nesting at most)."""
-    thunks = (st.sampled_from(list(T.ALL_THUNKS)).flatmap(thunk_strategy) if nested else ANY_SIMPLE_THUNK)
-    return st.builds(ThunkSchedule, st.lists(thunks, max_size=max_thunks), arena_bytes=st.integers(0, 2**40),
-                     mask_threshold=F32_VALUES, mask_neg_inf=F32_VALUES, score_skip=F32_VALUES,
-                     rng=st.builds(RngOptions, st.integers(0, 2**64 - 1), st.sampled_from(list(RngBackend))))
 
 
 def json_round_trip(t: T.Thunk) -> T.Thunk:
