@@ -1,0 +1,1 @@
+"""Independent oracles: thunks checked against `onnx.reference.ReferenceEvaluator` (see docs/oracles.md)."""
