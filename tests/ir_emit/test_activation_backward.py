@@ -1,6 +1,6 @@
 """ReluBackward[F64] and ActivationBackward[F64] against the NumPy reference, all in one compile.
 
-Every case lives in one schedule over a sentinel-filled arena.  Exact derivatives (Relu, Neg, Abs,
+Every case lives in one schedule over one guarded arena (tests/harness.py).  Exact derivatives (Relu, Neg, Abs,
 Round, Floor, Ceil, Sign) must match bit for bit (any NaN matches any NaN); the others within
 `ulps·eps·(|want| + c·|dy|)`, where c = 1 only for the kinds whose derivative has a zero crossing
 made of two cancelling terms (Gelu, GeluApprox, Silu) and 0 otherwise.
@@ -20,8 +20,7 @@ from rlx_llvm.registry import load_all
 from rlx_llvm.ops import Activation
 from rlx_llvm.reference import elementmath as rem
 from rlx_llvm.reference.activation_backward import DECOMPOSED, derivative
-from tests.ir_emit.test_elementwise import (F32_SPECIALS, F64_SPECIALS, W, Builder, assert_same, f32_values,
-                                            f64_values)
+from tests.harness import F32_SPECIALS, F64_SPECIALS, W, Outcome, Suite, f32_values, f64_values, suite_tests
 
 A = Activation
 ACTS = [a for a in Activation if a not in DECOMPOSED]
@@ -32,7 +31,6 @@ DEFAULT_ULPS = 4                          # measured ≤ 2.9 (Sigmoid, Tanh), mo
 WF64 = max(1, W // 2)
 SIZES = (0, 1, W - 1, W, W + 1)
 LARGE = 1_000_003
-SENTINEL = 0xA5
 DT = {"f32": np.float32, "f64": np.float64}
 DY_SPECIALS = [1.0, -1.0, 0.0, -0.0, 2.5, -0.75, np.inf, -np.inf, np.nan, 1e-40, 3e38]
 RELU = {"f32": T.ReluBackward, "f64": T.ReluBackwardF64}
@@ -76,22 +74,23 @@ def tolerance(act: Activation | None) -> float:
     return float(ULPS.get(act, DEFAULT_ULPS))
 
 
-def add(bd: Builder, name: str, kind: str, cls, n: int, x: np.ndarray, dy: np.ndarray, act=None,
+def add(bd: Suite, name: str, kind: str, cls, n: int, x: np.ndarray, dy: np.ndarray, act=None,
         alias: str = "") -> None:
     """One case; `alias` in {"", "dx=dy", "dx=x", "x=dy"} places buffers on top of each other."""
-    eb = np.dtype(DT[kind]).itemsize
-    xo, dyo = bd.slot(n * eb), bd.slot(n * eb)
-    if alias == "x=dy":
-        dyo, dy = xo, x
-    dxo = {"dx=dy": dyo, "dx=x": xo}[alias] if alias.startswith("dx") else bd.slot(n * eb)
+    x = x.astype(DT[kind])
+    dy = x if alias == "x=dy" else dy.astype(DT[kind])
+    xo = bd.put(x)
+    dyo = xo if alias == "x=dy" else bd.put(dy)
+    dxo = {"dx=dy": dyo, "dx=x": xo}[alias] if alias.startswith("dx") else bd.slot(x.nbytes)
     fields = dict(x=xo, dy=dyo, dx=dxo, len=n)
     if act is not None:
         fields["kind"] = act
-    inputs = {xo: x.astype(DT[kind]), dyo: dy.astype(DT[kind])}
-    bd.add(name, cls(**fields), inputs, [(dxo, kind, n)], rtol=tolerance(act), atol=float(act in CANCEL))
+    ulps = tolerance(act)
+    compare = functools.partial(assert_within_ulps, dy=dy, ulps=ulps, c=float(act in CANCEL)) if ulps else None
+    bd.add(name, cls(**fields), [(dxo, np.dtype(DT[kind]), n)], compare=compare)
 
 
-def add_kind_cases(bd: Builder) -> None:
+def add_kind_cases(bd: Suite) -> None:
     """Every supported kind, f32 and f64: the specials grid, then wide random data."""
     for kind in ("f32", "f64"):
         x, dy = specials_grid(kind)
@@ -108,7 +107,7 @@ def add_kind_cases(bd: Builder) -> None:
             (f32_values if kind == "f32" else f64_values)(n, 8))
 
 
-def add_size_cases(bd: Builder) -> None:
+def add_size_cases(bd: Suite) -> None:
     """Sizes 0, 1, W−1, W, W+1 (and the f64 vector width ± 1), plus one large run per kernel."""
     for kind, act in (("f32", A.Gelu), ("f64", A.Silu)):
         sizes = sorted(set(SIZES + (WF64 - 1, WF64, WF64 + 1)) - {-1})
@@ -119,7 +118,7 @@ def add_size_cases(bd: Builder) -> None:
             add(bd, f"{act.name}_{kind}_n{n}", kind, ACT[kind], n, x, dy, act)
 
 
-def add_alias_cases(bd: Builder) -> None:
+def add_alias_cases(bd: Suite) -> None:
     """dx on top of dy, dx on top of x, and x and dy the same buffer."""
     n = 4 * W + 3
     for kind, act in (("f32", A.Silu), ("f64", A.Sigmoid), ("f32", A.Floor)):
@@ -131,52 +130,13 @@ def add_alias_cases(bd: Builder) -> None:
             add(bd, f"{act.name}_{kind}_{tag}", kind, ACT[kind], n, x, dy, act, alias=alias)
 
 
-@functools.lru_cache(maxsize=None)
-def all_cases() -> Builder:
-    """Every case, built once per process."""
-    bd = Builder()
+def all_cases() -> Suite:
+    """Every case of the family, in one arena."""
+    bd = Suite()
     add_kind_cases(bd)
     add_size_cases(bd)
     add_alias_cases(bd)
     return bd
-
-
-class Built:
-    """The cases compiled as one program and run on a sentinel-filled arena, and by the reference."""
-
-    def __init__(self, builder: Builder) -> None:
-        self.cases = {c.name: c for c in builder.cases}
-        self.arena = rl.Arena(builder.top)
-        self.arena.bytes[:] = SENTINEL
-        for c in builder.cases:
-            for off, arr in c.inputs.items():
-                self.arena.write(off, arr)
-        self.before = self.arena.bytes.copy()
-        self.schedule = rl.ThunkSchedule([c.thunk for c in builder.cases], arena_bytes=builder.top)
-        self.expected = rl.Arena.from_bytes(self.arena.bytes)
-        ref.run(self.schedule, self.expected)
-        self.program = rl.compile(self.schedule, cache=False)
-        self.program.run(self.arena)
-
-    def outputs(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(got, want, dy) of case `name`."""
-        c = self.cases[name]
-        (off, kind, n), = c.outputs
-        dt = DT[kind]
-        nbytes = n * np.dtype(dt).itemsize
-        got = self.arena.bytes[off:off + nbytes].view(dt)
-        want = self.expected.bytes[off:off + nbytes].view(dt)
-        dy = c.inputs[c.thunk.dy]
-        return got, want, dy
-
-    def check(self, name: str) -> None:
-        """Bit-exact for exact cases, else within the ulp budget."""
-        got, want, dy = self.outputs(name)
-        c = self.cases[name]
-        if c.rtol == 0:
-            assert_same(got, want)
-        else:
-            assert_within_ulps(got, want, dy, c.rtol, c.atol)
 
 
 def scaled_error(got: np.ndarray, want: np.ndarray, dy: np.ndarray, c: float) -> np.ndarray:
@@ -199,32 +159,19 @@ def assert_within_ulps(got, want, dy, ulps: float, c: float) -> None:
     assert err.size == 0 or err.max() <= ulps, f"max error {err.max():.2f} units > {ulps}"
 
 
-@pytest.fixture(scope="module")
-def built() -> Built:
-    """All cases compiled as one program and run once."""
-    return Built(all_cases())
+SUITE = all_cases()
+
+(outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
-@pytest.mark.parametrize("name", [c.name for c in all_cases().cases])
-def test_matches_reference(built: Built, name: str) -> None:
-    built.check(name)
-
-
-def test_nothing_outside_the_outputs_changes(built: Built) -> None:
-    keep = np.ones(built.arena.nbytes, dtype=bool)
-    for t in built.schedule.thunks:
-        for ext in t.writes():
-            keep[ext.offset:ext.offset + ext.nbytes] = False
-    changed = np.flatnonzero((built.arena.bytes != built.before) & keep)
-    assert changed.size == 0, f"bytes outside the outputs changed, first at {changed[:8]}"
-
-
-def test_kernels_are_vectorized_and_call_no_libm(built: Built) -> None:
-    index = {c.name: k for k, c in enumerate(all_cases().cases)}
-    assert f"<{W} x float>" in built.program.llvm_ir(thunk=index["Gelu_f32_grid"])
-    assert f"<{WF64} x double>" in built.program.llvm_ir(thunk=index["Tanh_f64_grid"])
-    assert f"<{W} x float>" in built.program.llvm_ir(thunk=index["relu_f32_grid"])
-    declared = [line for line in built.program.llvm_ir(optimized=True).splitlines() if line.startswith("declare")]
+def test_kernels_are_vectorized_and_call_no_libm(outcome: Outcome) -> None:
+    def ir_of(name: str) -> str:
+        return outcome.program.llvm_ir(thunk=outcome.index(name))
+    assert f"<{W} x float>" in ir_of("Gelu_f32_grid")
+    assert f"<{WF64} x double>" in ir_of("Tanh_f64_grid")
+    assert f"<{W} x float>" in ir_of("relu_f32_grid")
+    declared = [line for line in outcome.program.llvm_ir(optimized=True).splitlines() if line.startswith("declare")]
     assert all("@llvm." in line for line in declared), declared
 
 

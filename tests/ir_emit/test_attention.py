@@ -1,5 +1,5 @@
 """Attention, Rope, AxialRope2d and FusedSwiGLU against their float64 NumPy references, all cases in
-one compiled schedule (the `Suite` harness of test_norms.py)."""
+one compiled schedule (tests/harness.py)."""
 from __future__ import annotations
 
 import math
@@ -11,9 +11,8 @@ import rlx_llvm.ir_emit.attention  # noqa: F401  (registers the lowerings)
 import rlx_llvm.reference.attention  # noqa: F401  (registers the references)
 from rlx_llvm import thunks as T
 from rlx_llvm.ops import MaskKind
-from tests.ir_emit.test_norms import suite_tests, W, Outcome, Suite, expect_invalid
+from tests.harness import W, Outcome, Suite, expect_invalid, suite_tests
 
-FAMILIES = ("attention",)
 MASKS = (MaskKind.None_, MaskKind.Causal, MaskKind.SlidingWindow(2), MaskKind.Custom, MaskKind.Bias)
 
 
@@ -53,7 +52,7 @@ def add_attention(s: Suite, name: str, *, batch=1, seq=3, kv_seq=None, heads=2, 
             m[:kv_seq] = 0.0
         mk = s.put(m)
     elif mask == MaskKind.Bias:
-        mk = s.put(s.normal(batch * heads * seq * kv_seq, 2.0))
+        mk = s.put(s.normal(batch * heads * seq * kv_seq, scale=2.0))
     else:
         mk = 0
     out, o = s.out(np.float32, batch * seq * heads * v_head_dim)
@@ -81,7 +80,7 @@ def add_rope(s: Suite, name: str, *, batch=2, seq=5, heads=2, head_dim=16, n_rot
 
 
 def build() -> Suite:
-    s = Suite(seed=6)
+    s = Suite(6, rtol=2e-5, atol=2e-5)
     # every mask kind, both layouts, odd lengths, softcap
     for seq in (1, 3, 17, 33):
         for kind in MASKS:
@@ -163,7 +162,7 @@ def build() -> Suite:
     # FusedSwiGLU
     for n, rows in ((1, 3), (W - 1, 2), (W, 4), (3 * W + 5, 5), (4096, 40)):
         for gate_first in (False, True):
-            x = s.normal(rows * 2 * n, 3.0)
+            x = s.normal(rows * 2 * n, scale=3.0)
             x[:4] = [30.0, -30.0, 0.0, -100.0][:min(4, x.size)]
             src = s.put(x)
             dst, o = s.out(np.float32, rows * n)
@@ -177,7 +176,7 @@ SUITE = build()
 
 
 (outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
- test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE, FAMILIES)
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
 def _out(outcome: Outcome, name: str) -> np.ndarray:
@@ -225,7 +224,7 @@ def _attn(**kw):
     (dict(softcap=math.nan), "softcap"),
 ])
 def test_attention_checks(kw, field) -> None:
-    expect_invalid(_attn(**kw), 8192, field, FAMILIES)
+    expect_invalid(_attn(**kw), 8192, field)
 
 
 def _rope(**kw):
@@ -244,7 +243,7 @@ def _rope(**kw):
     (dict(cos_len=7), "cos_len"),
 ])
 def test_rope_checks(kw, field) -> None:
-    expect_invalid(_rope(**kw), 8192, field, FAMILIES)
+    expect_invalid(_rope(**kw), 8192, field)
 
 
 def _axial(**kw):
@@ -261,11 +260,11 @@ def _axial(**kw):
     (dict(end_x=0), "end_x"),
 ])
 def test_axial_checks(kw, field) -> None:
-    expect_invalid(_axial(**kw), 8192, field, FAMILIES)
+    expect_invalid(_axial(**kw), 8192, field)
 
 
 def test_swiglu_total_must_be_whole_rows() -> None:
-    expect_invalid(T.FusedSwiGLU(src=0, dst=4096, n_half=3, total=8, gate_first=False), 8192, "total", FAMILIES)
+    expect_invalid(T.FusedSwiGLU(src=0, dst=4096, n_half=3, total=8, gate_first=False), 8192, "total")
 
 
 def test_custom_mask_uses_the_schedule_threshold() -> None:

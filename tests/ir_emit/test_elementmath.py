@@ -15,7 +15,7 @@ from rlx_llvm.ir_emit import elementmath as em
 from rlx_llvm.ops import Activation, BinaryOp, CmpOp
 from rlx_llvm.reference import elementmath as ref
 
-from .conftest import Kernel
+from tests.harness import Kernel
 
 A = Activation
 F64_ACTS = [a for a in Activation if a not in (A.Gelu, A.GeluApprox, A.Silu)]

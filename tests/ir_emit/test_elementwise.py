@@ -6,9 +6,7 @@ within a tolerance for transcendental ones.
 """
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -19,18 +17,12 @@ from hypothesis.extra.numpy import mutually_broadcastable_shapes
 import rlx_llvm as rl
 from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
-from rlx_llvm.jit import host
 from rlx_llvm.ops import Activation, BinaryOp, CmpOp
+from tests.harness import WIDTHS, W, Outcome, Suite, assert_same, f32_values, f64_values, suite_tests
 
-W = host().lanes(32)
 N = 4 * W + 3  # four vector iterations plus a tail
 SIZES = (0, 1, W - 1, W, W + 1, 1_000_003)
 
-F32_SPECIALS = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, np.inf, -np.inf, np.nan, 1e-40, -1e-40,
-                         1e-45, 1e-30, 3.0e38, -3.0e38, 88.0, -88.0, 100.0, -100.0, 1e5, 20.0, -20.0, 7.0, 1e-8],
-                        dtype=np.float32)
-F64_SPECIALS = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, np.inf, -np.inf, np.nan, 5e-324, -1e-310,
-                         1e-300, 1e300, -1e300, 700.0, -700.0, 20.0, 1e-8], dtype=np.float64)
 I64_SPECIALS = np.array([0, 1, -1, 2, -2, 63, 64, 65, -64, 2**31, -2**31, 2**62, 2**63 - 1, -2**63, 1000, -7],
                         dtype=np.int64)
 
@@ -42,26 +34,6 @@ INEXACT_OPS = {BinaryOp.Pow, BinaryOp.Atan2}
 
 
 # ── data ────────────────────────────────────────────────────────────────────
-
-def f32_values(n: int, seed: int, scale: float = 3.0) -> np.ndarray:
-    """Random normals with the f32 special values sprinkled in."""
-    rng = np.random.default_rng(seed)
-    x = (rng.standard_normal(n) * scale).astype(np.float32)
-    if n:
-        k = min(n, F32_SPECIALS.size)
-        x[rng.choice(n, k, replace=False)] = F32_SPECIALS[:k]
-    return x
-
-
-def f64_values(n: int, seed: int) -> np.ndarray:
-    """Random normals with the f64 special values sprinkled in."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(n) * 3.0
-    if n:
-        k = min(n, F64_SPECIALS.size)
-        x[rng.choice(n, k, replace=False)] = F64_SPECIALS[:k]
-    return x
-
 
 def i64_values(n: int, seed: int) -> np.ndarray:
     """Small random ints with the i64 extremes sprinkled in."""
@@ -91,104 +63,16 @@ ITEMSIZE = {"f32": 4, "f64": 8, "i64": 8, "bool": 1, "c64": 8, "u32": 4, "u64": 
 
 # ── one schedule of many cases ──────────────────────────────────────────────
 
-@dataclass
-class Case:
-    """One thunk, its input data, its outputs (offset, kind, count), and how to compare them."""
-
-    name: str
-    thunk: object
-    inputs: dict = field(default_factory=dict)
-    outputs: list = field(default_factory=list)
-    rtol: float = 0.0  # 0 → exact
-    atol: float = 0.0
-    zero_sign: bool = True  # False: +0 and −0 match (Max/Min of ±0 is unspecified in Rust and IEEE)
+def data(s: Suite, kind: str, n: int, values: "np.ndarray | None" = None) -> tuple[int, np.ndarray]:
+    """A slot holding `n` elements of `kind` (random + specials, seeded by the slot count, unless `values`)."""
+    arr = np.asarray(MAKERS[kind](n, len(s.inputs) + 1) if values is None else values, NP_DTYPE[kind])
+    return s.put(arr), arr
 
 
-class Builder:
-    """Bump allocator of 64-byte-aligned slots plus the cases placed in them."""
-
-    def __init__(self) -> None:
-        self.top = 0
-        self.cases: list[Case] = []
-        self.seed = 0
-
-    def slot(self, nbytes: int) -> int:
-        """A fresh 64-byte-aligned slot."""
-        off = self.top
-        self.top += (max(nbytes, 1) + 63) // 64 * 64
-        return off
-
-    def data(self, kind: str, n: int, values: np.ndarray | None = None) -> tuple[int, np.ndarray]:
-        """A slot holding `n` elements of `kind` (random + specials unless `values` is given)."""
-        self.seed += 1
-        arr = MAKERS[kind](n, self.seed) if values is None else values
-        off = self.slot(n * ITEMSIZE[kind])
-        return off, np.asarray(arr, NP_DTYPE[kind])
-
-    def add(self, name: str, thunk, inputs: dict, outputs: list, rtol: float = 0.0, atol: float = 0.0,
-            zero_sign: bool = True) -> None:
-        """Register a case."""
-        assert name not in {c.name for c in self.cases}, name
-        self.cases.append(Case(name, thunk, inputs, outputs, rtol, atol, zero_sign))
-
-
-class Built:
-    """The cases compiled as one program, run, and run again by the reference."""
-
-    def __init__(self, builder: Builder) -> None:
-        self.cases = {c.name: c for c in builder.cases}
-        self.arena = rl.Arena(builder.top)
-        for c in builder.cases:
-            for off, arr in c.inputs.items():
-                self.arena.write(off, arr)
-        self.schedule = rl.ThunkSchedule([c.thunk for c in builder.cases], arena_bytes=builder.top)
-        self.expected = rl.Arena.from_bytes(self.arena.bytes)
-        ref.run(self.schedule, self.expected)
-        self.program = rl.compile(self.schedule, cache=False)
-        self.program.run(self.arena)
-
-    def check(self, name: str) -> None:
-        """Compare every output of case `name` with the reference."""
-        c = self.cases[name]
-        for off, kind, count in c.outputs:
-            n = count * (2 if kind == "c64" else 1)
-            got = self.arena.bytes[off:off + n * np.dtype(NP_DTYPE[kind]).itemsize].view(NP_DTYPE[kind])
-            want = self.expected.bytes[off:off + n * np.dtype(NP_DTYPE[kind]).itemsize].view(NP_DTYPE[kind])
-            if c.rtol or c.atol:
-                assert_close(got, want, c.rtol, c.atol)
-            else:
-                assert_same(got, want, c.zero_sign)
-
-
-def assert_same(got: np.ndarray, want: np.ndarray, zero_sign: bool = True) -> None:
-    """Bit-identical, except that any NaN matches any NaN (and ±0 match unless `zero_sign`)."""
-    assert got.shape == want.shape
-    if got.dtype.kind != "f":
-        bad = np.flatnonzero(got != want)
-        assert bad.size == 0, f"{bad.size} differ, first at {bad[0]}: got {got[bad[0]]}, want {want[bad[0]]}"
-        return
-    gn, wn = np.isnan(got), np.isnan(want)
-    assert np.array_equal(gn, wn), f"NaN positions differ at {np.flatnonzero(gn != wn)[:5]}"
-    ints = np.dtype(f"i{got.itemsize}")
-    differ = (got.view(ints) != want.view(ints)) & ~wn
-    if not zero_sign:
-        differ &= ~((got == 0) & (want == 0))
-    bad = np.flatnonzero(differ)
-    assert bad.size == 0, f"{bad.size} differ, first at {bad[0]}: got {got[bad[0]]!r}, want {want[bad[0]]!r}"
-
-
-def assert_close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> None:
-    """Same NaNs and infinities; finite values within atol + rtol·|want|."""
-    got, want = got.astype(np.float64), want.astype(np.float64)
-    assert np.array_equal(np.isnan(got), np.isnan(want)), \
-        f"NaN positions differ at {np.flatnonzero(np.isnan(got) != np.isnan(want))[:5]}"
-    m = ~np.isnan(want)
-    inf = np.isinf(want[m])
-    assert np.array_equal(got[m][inf], want[m][inf]), "infinities differ"
-    g, w = got[m][~inf], want[m][~inf]
-    err = np.abs(g - w) / (atol + rtol * np.abs(w))
-    assert err.size == 0 or err.max() <= 1.0, \
-        f"max scaled error {err.max():.2f}: got {g[np.argmax(err)]!r}, want {w[np.argmax(err)]!r}"
+def add(s: Suite, name: str, thunk, outputs: list, **how) -> None:
+    """Register a case whose outputs are `(offset, kind, count)` (a c64 count is of complex pairs)."""
+    s.add(name, thunk, [(off, np.dtype(NP_DTYPE[kind]), count * (2 if kind == "c64" else 1))
+                        for off, kind, count in outputs], **how)
 
 
 # ── BinaryFull family ───────────────────────────────────────────────────────
@@ -206,11 +90,11 @@ def bcast_strides(shape: tuple, out: tuple) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def binary_case(bd: Builder, name: str, kind: str, op: BinaryOp, n: int, lhs_len: int, rhs_len: int,
+def binary_case(bd: Suite, name: str, kind: str, op: BinaryOp, n: int, lhs_len: int, rhs_len: int,
                 out_dims=(), lhs_strides=(), rhs_strides=(), lhs=None, rhs=None) -> None:
     """A BinaryFull / BinaryFullF64 / BinaryFullC64 case over fresh slots."""
-    lo, la = bd.data(kind, max(lhs_len, 1), lhs)
-    ro, ra = bd.data(kind, max(rhs_len, 1), rhs)
+    lo, la = data(bd, kind, max(lhs_len, 1), lhs)
+    ro, ra = data(bd, kind, max(rhs_len, 1), rhs)
     dst = bd.slot(n * ITEMSIZE[kind])
     common = dict(lhs=lo, rhs=ro, dst=dst, len=n, lhs_len=lhs_len, rhs_len=rhs_len, op=op,
                   out_dims_bcast=tuple(out_dims), bcast_lhs_strides=tuple(lhs_strides),
@@ -223,11 +107,11 @@ def binary_case(bd: Builder, name: str, kind: str, op: BinaryOp, n: int, lhs_len
         t = T.BinaryFull(**common, elem_bytes=ITEMSIZE[kind])
     inexact = op in INEXACT_OPS or kind == "c64" and op in (BinaryOp.Mul, BinaryOp.Div)
     rtol = {"f32": 4e-6, "c64": 4e-6, "f64": 1e-14}.get(kind, 0.0) if inexact else 0.0
-    bd.add(name, t, {lo: la, ro: ra}, [(dst, kind, n)], rtol=rtol, atol=rtol,
+    add(bd, name, t, [(dst, kind, n)], rtol=rtol, atol=rtol,
            zero_sign=op not in (BinaryOp.Max, BinaryOp.Min))
 
 
-def bcast_case(bd: Builder, name: str, kind: str, op: BinaryOp, lshape: tuple, rshape: tuple) -> None:
+def bcast_case(bd: Suite, name: str, kind: str, op: BinaryOp, lshape: tuple, rshape: tuple) -> None:
     """A broadcast-path case from two NumPy-broadcastable shapes."""
     out = np.broadcast_shapes(lshape, rshape)
     binary_case(bd, name, kind, op, math.prod(out), math.prod(lshape), math.prod(rshape), out,
@@ -237,7 +121,7 @@ def bcast_case(bd: Builder, name: str, kind: str, op: BinaryOp, lshape: tuple, r
 CHEAP_OPS = (BinaryOp.Add, BinaryOp.Sub, BinaryOp.Mul, BinaryOp.Div, BinaryOp.Max, BinaryOp.Min)
 
 
-def add_binary_cases(bd: Builder) -> None:
+def add_binary_cases(bd: Suite) -> None:
     """Every op on the plain and the bidirectional-broadcast path for f32, i64 and f64; the other
     paths (whose loop code does not depend on the op) with the cheap ops; C64's four ops."""
     for op in BinaryOp:
@@ -284,54 +168,54 @@ def add_binary_cases(bd: Builder) -> None:
 
 # ── the rest of the family ──────────────────────────────────────────────────
 
-def add_bias_add_cases(bd: Builder) -> None:
+def add_bias_add_cases(bd: Suite) -> None:
     """BiasAdd over several [m, n]."""
     for m, n in ((5, W + 3), (3, 1), (2, W), (0, 4), (4, 0), (64, 33)):
-        so, sa = bd.data("f32", m * n)
-        bo, ba = bd.data("f32", n)
+        so, sa = data(bd, "f32", m * n)
+        bo, ba = data(bd, "f32", n)
         dst = bd.slot(m * n * 4)
-        bd.add(f"bias_add_{m}x{n}", T.BiasAdd(src=so, bias=bo, dst=dst, m=m, n=n), {so: sa, bo: ba},
+        add(bd, f"bias_add_{m}x{n}", T.BiasAdd(src=so, bias=bo, dst=dst, m=m, n=n),
                [(dst, "f32", m * n)])
 
 
-def add_activation_cases(bd: Builder) -> None:
+def add_activation_cases(bd: Suite) -> None:
     """Every f32 activation in place; every supported f64 and c64 activation."""
     for act in Activation:
-        off, arr = bd.data("f32", N)
+        off, arr = data(bd, "f32", N)
         tol = 0.0 if act in EXACT_ACTS else 4e-6
-        bd.add(f"act_{act.name}", T.ActivationInPlace(data=off, len=N, act=act), {off: arr}, [(off, "f32", N)],
+        add(bd, f"act_{act.name}", T.ActivationInPlace(data=off, len=N, act=act), [(off, "f32", N)],
                rtol=tol, atol=tol, zero_sign=act is not Activation.Relu)  # Relu(−0) = max(−0, 0): either zero
     for n in SIZES[:5]:
-        off, arr = bd.data("f32", n)
-        bd.add(f"act_Relu_size_{n}", T.ActivationInPlace(data=off, len=n, act=Activation.Relu), {off: arr},
+        off, arr = data(bd, "f32", n)
+        add(bd, f"act_Relu_size_{n}", T.ActivationInPlace(data=off, len=n, act=Activation.Relu),
                [(off, "f32", n)], zero_sign=False)
-    off, arr = bd.data("f32", SIZES[-1])
-    bd.add("act_Gelu_size_large", T.ActivationInPlace(data=off, len=SIZES[-1], act=Activation.Gelu), {off: arr},
+    off, arr = data(bd, "f32", SIZES[-1])
+    add(bd, "act_Gelu_size_large", T.ActivationInPlace(data=off, len=SIZES[-1], act=Activation.Gelu),
            [(off, "f32", SIZES[-1])], rtol=4e-6, atol=4e-6)
     for act in Activation:
         if act in (Activation.Gelu, Activation.GeluApprox, Activation.Silu):
             continue
-        so, sa = bd.data("f64", N)
+        so, sa = data(bd, "f64", N)
         if act in TRIG_ACTS:
             sa[np.abs(sa) > TRIG_LIMIT] = TRIG_LIMIT
         dst = bd.slot(N * 8)
         tol = 0.0 if act in EXACT_ACTS else 1e-14
-        bd.add(f"act_f64_{act.name}", T.ActivationF64(src=so, dst=dst, len=N, kind=act), {so: sa},
+        add(bd, f"act_f64_{act.name}", T.ActivationF64(src=so, dst=dst, len=N, kind=act),
                [(dst, "f64", N)], rtol=tol, atol=tol, zero_sign=act is not Activation.Relu)
-    so, sa = bd.data("f64", N)
-    bd.add("act_f64_in_place_Exp", T.ActivationF64(src=so, dst=so, len=N, kind=Activation.Exp), {so: sa},
+    so, sa = data(bd, "f64", N)
+    add(bd, "act_f64_in_place_Exp", T.ActivationF64(src=so, dst=so, len=N, kind=Activation.Exp),
            [(so, "f64", N)], rtol=1e-14, atol=1e-14)
     for act in (Activation.Neg, Activation.Exp, Activation.Log, Activation.Sqrt):
-        so, sa = bd.data("c64", N)
+        so, sa = data(bd, "c64", N)
         # exp(a + ib) takes cos/sin of b in f64, exact only for |b| ≲ 1e13 (docs/transcendentals.md)
         sa[1::2][np.abs(sa[1::2]) > TRIG_LIMIT] = np.float32(TRIG_LIMIT)
         dst = bd.slot(N * 8)
         tol = 0.0 if act is Activation.Neg else 4e-6
-        bd.add(f"act_c64_{act.name}", T.ActivationC64(src=so, dst=dst, len=N, kind=act), {so: sa},
+        add(bd, f"act_c64_{act.name}", T.ActivationC64(src=so, dst=dst, len=N, kind=act),
                [(dst, "c64", N)], rtol=tol, atol=tol)
 
 
-def compare_case(bd: Builder, name: str, op: CmpOp, kind: str, out: str, n: int, *, lhs_scalar=False,
+def compare_case(bd: Suite, name: str, op: CmpOp, kind: str, out: str, n: int, *, lhs_scalar=False,
                  rhs_scalar=False, lshape=None, rshape=None) -> None:
     """A Compare case; `lshape`/`rshape` select the broadcast path."""
     dims, ls, rs = (), (), ()
@@ -340,8 +224,8 @@ def compare_case(bd: Builder, name: str, op: CmpOp, kind: str, out: str, n: int,
         dims = np.broadcast_shapes(lshape, rshape)
         n, lhs_len, rhs_len = math.prod(dims), math.prod(lshape), math.prod(rshape)
         ls, rs = bcast_strides(lshape, dims), bcast_strides(rshape, dims)
-    lo, la = bd.data(kind, lhs_len)
-    ro, ra = bd.data(kind, rhs_len)
+    lo, la = data(bd, kind, lhs_len)
+    ro, ra = data(bd, kind, rhs_len)
     if lhs_len == rhs_len:  # make some pairs equal so Eq/Le/Ge fire
         ra[::3] = la[::3]
     dst = bd.slot(n * ITEMSIZE[out])
@@ -349,10 +233,10 @@ def compare_case(bd: Builder, name: str, op: CmpOp, kind: str, out: str, n: int,
                   inputs_elem_bytes=ITEMSIZE[kind], dst_elem_bytes=ITEMSIZE[out], lhs_scalar=lhs_scalar,
                   rhs_scalar=rhs_scalar, lhs_len=lhs_len, rhs_len=rhs_len, out_dims_bcast=tuple(dims),
                   bcast_lhs_strides=tuple(ls), bcast_rhs_strides=tuple(rs))
-    bd.add(name, t, {lo: la, ro: ra}, [(dst, out, n)])
+    add(bd, name, t, [(dst, out, n)])
 
 
-def add_compare_cases(bd: Builder) -> None:
+def add_compare_cases(bd: Suite) -> None:
     """Every CmpOp × input kind × output kind; scalar operands; the broadcast walk."""
     for op in CmpOp:
         for kind in ("f32", "i64", "bool"):
@@ -366,7 +250,7 @@ def add_compare_cases(bd: Builder) -> None:
         compare_case(bd, f"cmp_Lt_size_{n}", CmpOp.Lt, "f32", "bool", n)
 
 
-def add_where_cases(bd: Builder) -> None:
+def add_where_cases(bd: Suite) -> None:
     """cond Bool / f32 (with NaN) × data 4 / 8 bytes × every scalar pattern."""
     for cond_kind in ("bool", "f32"):
         for eb in (4, 8):
@@ -378,24 +262,24 @@ def add_where_cases(bd: Builder) -> None:
                     cond = np.where(np.random.default_rng(mask).random(n) < 0.5, 0.0, f32_values(n, mask))
                     cond = cond.astype(np.float32)
                     cond[:4] = [np.nan, -0.0, 0.0, np.inf]
-                    co, ca = bd.data("f32", 1 if cs else n, cond[:1] if cs else cond)
+                    co, ca = data(bd, "f32", 1 if cs else n, cond[:1] if cs else cond)
                 else:
-                    co, ca = bd.data("bool", 1 if cs else n)
-                to, ta = bd.data(data_kind, 1 if ts else n)
-                fo, fa = bd.data(data_kind, 1 if fs else n)
+                    co, ca = data(bd, "bool", 1 if cs else n)
+                to, ta = data(bd, data_kind, 1 if ts else n)
+                fo, fa = data(bd, data_kind, 1 if fs else n)
                 dst = bd.slot(n * eb)
                 t = T.Where(cond=co, on_true=to, on_false=fo, dst=dst, len=n, elem_bytes=eb,
                             cond_elem_bytes=ITEMSIZE[cond_kind], cond_scalar=cs, true_scalar=ts, false_scalar=fs)
-                bd.add(f"where_{cond_kind}_{eb}_{mask}", t, {co: ca, to: ta, fo: fa},
+                add(bd, f"where_{cond_kind}_{eb}_{mask}", t,
                        [(dst, "u32" if eb == 4 else "u64", n)])
     for n in SIZES[:5]:
-        co, ca = bd.data("bool", n)
-        to, ta = bd.data("f32", n)
-        fo, fa = bd.data("f32", n)
+        co, ca = data(bd, "bool", n)
+        to, ta = data(bd, "f32", n)
+        fo, fa = data(bd, "f32", n)
         dst = bd.slot(n * 4)
-        bd.add(f"where_size_{n}", T.Where(cond=co, on_true=to, on_false=fo, dst=dst, len=n, elem_bytes=4,
+        add(bd, f"where_size_{n}", T.Where(cond=co, on_true=to, on_false=fo, dst=dst, len=n, elem_bytes=4,
                                           cond_elem_bytes=1, cond_scalar=False, true_scalar=False,
-                                          false_scalar=False), {co: ca, to: ta, fo: fa}, [(dst, "u32", n)])
+                                          false_scalar=False), [(dst, "u32", n)])
 
 
 FMA_HARD_F32 = [  # (a, b, c) where round(round(a·b) + c) ≠ round(a·b + c) in f32
@@ -414,46 +298,80 @@ FMA_HARD_F64 = [  # the same trap in f64
 ]
 
 
-def add_fma_sgd_cases(bd: Builder) -> None:
+def add_fma_sgd_cases(bd: Suite) -> None:
     """Fma f32/f64 (with double-rounding traps) and SgdMomentum out of place and aliased."""
     for eb, kind in ((4, "f32"), (8, "f64")):
         for n in (N, 1, 0):
-            offs = [bd.data(kind, n) for _ in range(3)]
+            offs = [data(bd, kind, n) for _ in range(3)]
             dst = bd.slot(n * eb)
             t = T.Fma(a=offs[0][0], b=offs[1][0], c=offs[2][0], dst=dst, len=n, elem_bytes=eb)
-            bd.add(f"fma_{kind}_{n}", t, dict(offs), [(dst, kind, n)])
+            add(bd, f"fma_{kind}_{n}", t, [(dst, kind, n)])
     for n in SIZES[:5] + (3 * W + 5,):
-        p, v, g = (bd.data("f32", n) for _ in range(3))
+        p, v, g = (data(bd, "f32", n) for _ in range(3))
         po, vo = bd.slot(4 * n), bd.slot(4 * n)
-        bd.add(f"sgd_{n}", T.SgdMomentum(param=p[0], vel=v[0], grad=g[0], p_out=po, v_out=vo, lr=0.01, mom=0.9,
-                                         len=n), dict((p, v, g)), [(po, "f32", n), (vo, "f32", n)])
-    p, v, g = (bd.data("f32", N) for _ in range(3))
-    bd.add("sgd_in_place", T.SgdMomentum(param=p[0], vel=v[0], grad=g[0], p_out=p[0], v_out=v[0], lr=0.125,
-                                         mom=0.875, len=N), dict((p, v, g)), [(p[0], "f32", N), (v[0], "f32", N)])
+        add(bd, f"sgd_{n}", T.SgdMomentum(param=p[0], vel=v[0], grad=g[0], p_out=po, v_out=vo, lr=0.01, mom=0.9,
+                                         len=n), [(po, "f32", n), (vo, "f32", n)])
+    p, v, g = (data(bd, "f32", N) for _ in range(3))
+    add(bd, "sgd_in_place", T.SgdMomentum(param=p[0], vel=v[0], grad=g[0], p_out=p[0], v_out=v[0], lr=0.125,
+                                         mom=0.875, len=N), [(p[0], "f32", N), (v[0], "f32", N)])
 
 
-def add_complex_cases(bd: Builder) -> None:
+def add_complex_cases(bd: Suite) -> None:
     """ComplexNormSqF32, its backward, ConjugateC64 over several sizes."""
     for n in SIZES[:5] + (N,):
-        so, sa = bd.data("c64", n)
+        so, sa = data(bd, "c64", n)
         dst = bd.slot(4 * n)
-        bd.add(f"norm_sq_{n}", T.ComplexNormSqF32(src=so, dst=dst, len=n), {so: sa}, [(dst, "f32", n)])
-        zo, za = bd.data("c64", n)
-        go, ga = bd.data("f32", n)
+        add(bd, f"norm_sq_{n}", T.ComplexNormSqF32(src=so, dst=dst, len=n), [(dst, "f32", n)])
+        zo, za = data(bd, "c64", n)
+        go, ga = data(bd, "f32", n)
         dz = bd.slot(8 * n)
-        bd.add(f"norm_sq_bwd_{n}", T.ComplexNormSqBackwardF32(z=zo, g=go, dz=dz, len=n), {zo: za, go: ga},
+        add(bd, f"norm_sq_bwd_{n}", T.ComplexNormSqBackwardF32(z=zo, g=go, dz=dz, len=n),
                [(dz, "c64", n)])
-        co, ca = bd.data("c64", n)
+        co, ca = data(bd, "c64", n)
         dst = bd.slot(8 * n)
-        bd.add(f"conj_{n}", T.ConjugateC64(src=co, dst=dst, len=n), {co: ca}, [(dst, "c64", n)])
-    co, ca = bd.data("c64", N)
-    bd.add("conj_in_place", T.ConjugateC64(src=co, dst=co, len=N), {co: ca}, [(co, "c64", N)])
+        add(bd, f"conj_{n}", T.ConjugateC64(src=co, dst=dst, len=n), [(dst, "c64", n)])
+    co, ca = data(bd, "c64", N)
+    add(bd, "conj_in_place", T.ConjugateC64(src=co, dst=co, len=N), [(co, "c64", N)])
 
 
-@functools.lru_cache(maxsize=None)
-def all_cases() -> Builder:
-    """Every case, built once per process."""
-    bd = Builder()
+SPLINE_GRIDS = {"std": (-2.0, 2.0), "wide": (-5.0, 3.0), "reversed": (2.0, -1.0), "flat": (0.5, 0.5)}
+
+
+def spline_x(s: Suite, rows: int, ch: int, gmin: float, gmax: float) -> np.ndarray:
+    """Normals over the grid, then exact grid points, far-outside values, NaN and ±inf."""
+    x = s.normal(rows * ch, scale=1.5 * max(abs(gmax - gmin), 1.0) / 2, shift=(gmin + gmax) / 2)
+    special = [gmin, gmax, np.nan, np.inf, -np.inf, 1e30, -40.0, 0.0]
+    k = min(x.size, len(special))
+    x[s.rng.choice(x.size, k, replace=False)] = np.array(special[:k], np.float32)
+    return x
+
+
+def add_spline(s: Suite, rows: int, ch: int, nb: int, grid: str, tag: str = "", inplace: bool = False) -> None:
+    """One SplineActivation over `rows`×`ch` (in place: dst is x)."""
+    gmin, gmax = SPLINE_GRIDS[grid]
+    x = s.put(spline_x(s, rows, ch, gmin, gmax))
+    dst, o = (x, (x, np.dtype(np.float32), rows * ch)) if inplace else s.out(np.float32, rows * ch)
+    s.add(f"SplineActivation-{rows}x{ch}-nb{nb}-{grid}{tag}",
+          T.SplineActivation(x=x, coeff=s.put(s.normal(ch * nb)), dst=dst, rows=rows, channels=ch, num_basis=nb,
+                             grid_min=gmin, grid_max=gmax), [o], rtol=1e-5, atol=1e-5)
+
+
+def add_spline_cases(s: Suite) -> None:
+    """SplineActivation over the norm widths, every grid shape, a threaded size and in place."""
+    for ch in WIDTHS:
+        for rows in ((0, 1, 7) if ch in (W + 1, 771) else (7,)):
+            for nb in (1, 2, 8):
+                add_spline(s, rows, ch, nb, "std")
+    for grid in SPLINE_GRIDS:
+        for nb in (0, 1, 5, 33):
+            add_spline(s, 5, W + 3, nb, grid)
+    add_spline(s, 97, 771, 8, "std", tag="-threads")
+    add_spline(s, 6, 2 * W + 1, 4, "wide", tag="-inplace", inplace=True)
+
+
+def all_cases() -> Suite:
+    """Every case of the family, in one arena."""
+    bd = Suite(21)
     add_binary_cases(bd)
     add_bias_add_cases(bd)
     add_activation_cases(bd)
@@ -461,18 +379,14 @@ def all_cases() -> Builder:
     add_where_cases(bd)
     add_fma_sgd_cases(bd)
     add_complex_cases(bd)
+    add_spline_cases(bd)
     return bd
 
 
-@pytest.fixture(scope="module")
-def built() -> Built:
-    """All cases compiled as one program and run once."""
-    return Built(all_cases())
+SUITE = all_cases()
 
-
-@pytest.mark.parametrize("name", [c.name for c in all_cases().cases])
-def test_matches_reference(built: Built, name: str) -> None:
-    built.check(name)
+(outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
 # ── targeted properties ─────────────────────────────────────────────────────
@@ -523,49 +437,49 @@ def test_reference_fma_f32_matches_fractions_on_random_inputs() -> None:
     np.testing.assert_array_equal(fma_f32(a, b, c), want)
 
 
-def test_broadcast_hot_loops_have_no_div_or_mod(built: Built) -> None:
+def test_broadcast_hot_loops_have_no_div_or_mod(outcome: Outcome) -> None:
     """The stride walk runs nested loops: no udiv/urem in broadcast or legacy-nesting thunks."""
-    names = [n for n in built.cases if "col_x_row" in n or "rank3" in n or "legacy_tiled" in n or "bias" in n]
-    index = {c.name: k for k, c in enumerate(all_cases().cases)}
+    names = [n for n in SUITE.names if "col_x_row" in n or "rank3" in n or "legacy_tiled" in n or "bias" in n]
     for name in names:
-        ir_text = built.program.llvm_ir(thunk=index[name])
+        ir_text = outcome.program.llvm_ir(thunk=outcome.index(name))
         assert "urem" not in ir_text and "udiv" not in ir_text, name
 
 
-def test_plain_paths_are_vectorized(built: Built) -> None:
-    index = {c.name: k for k, c in enumerate(all_cases().cases)}
-    assert f"<{W} x float>" in built.program.llvm_ir(thunk=index["f32_Add_plain"])
-    assert f"<{W // 2} x double>" in built.program.llvm_ir(thunk=index["f64_Add_plain"])
-    assert f"<{W // 2} x i64>" in built.program.llvm_ir(thunk=index["i64_Add_plain"])
-    assert f"<{2 * W} x float>" in built.program.llvm_ir(thunk=index["c64_Mul_plain"])  # deinterleaving loads
+def test_plain_paths_are_vectorized(outcome: Outcome) -> None:
+    def ir_of(name: str) -> str:
+        return outcome.program.llvm_ir(thunk=outcome.index(name))
+    assert f"<{W} x float>" in ir_of("f32_Add_plain")
+    assert f"<{W // 2} x double>" in ir_of("f64_Add_plain")
+    assert f"<{W // 2} x i64>" in ir_of("i64_Add_plain")
+    assert f"<{2 * W} x float>" in ir_of("c64_Mul_plain")  # deinterleaving loads
 
 
 def test_trig_of_huge_arguments() -> None:
     """f32 sin/cos/tan stay accurate up to the largest finite arguments (Payne–Hanek reduction),
     in full vectors and in the scalar tail, mixed with ordinary lanes."""
-    bd = Builder()
+    bd = Suite()
     big = np.array([3e38, -3e38, 1e38, 1e30, 1e20, 1e10, 2.0 ** 30, -(2.0 ** 30) * 1.5, 3.4028235e38,
                     -1.7014118e38, 6.2831855e9, 1.5707964e12], np.float32)
     x = np.concatenate([big, np.float32([0.5, -2.0, 1e5, np.inf, -np.inf, np.nan]),
                         np.random.default_rng(3).uniform(-3e38, 3e38, 3 * W + 5).astype(np.float32)])
     for act in sorted(TRIG_ACTS, key=lambda a: a.name):
-        off, arr = bd.data("f32", x.size, x)
-        bd.add(f"huge_{act.name}", T.ActivationInPlace(data=off, len=x.size, act=act), {off: arr},
+        off, arr = data(bd, "f32", x.size, x)
+        add(bd, f"huge_{act.name}", T.ActivationInPlace(data=off, len=x.size, act=act),
                [(off, "f32", x.size)], rtol=4e-6, atol=4e-6)
-    b = Built(bd)
-    for name in b.cases:
-        b.check(name)
+    checked = bd.run()
+    for name in bd.names:
+        checked.check(name)
 
 
 def test_in_place_binary_full() -> None:
     """dst == lhs with an identity walk is allowed and matches the reference."""
-    bd = Builder()
-    lo, la = bd.data("f32", N)
-    ro, ra = bd.data("f32", 1)
+    bd = Suite()
+    lo, la = data(bd, "f32", N)
+    ro, ra = data(bd, "f32", 1)
     t = T.BinaryFull(lhs=lo, rhs=ro, dst=lo, len=N, lhs_len=N, rhs_len=1, op=BinaryOp.Mul, out_dims_bcast=(),
                      bcast_lhs_strides=(), bcast_rhs_strides=(), elem_bytes=4)
-    bd.add("in_place", t, {lo: la, ro: ra}, [(lo, "f32", N)])
-    Built(bd).check("in_place")
+    add(bd, "in_place", t, [(lo, "f32", N)])
+    bd.run().check("in_place")
 
 
 # ── hypothesis: random broadcast shapes, one compile per example ────────────
@@ -581,24 +495,24 @@ _OPS = (BinaryOp.Add, BinaryOp.Sub, BinaryOp.Mul, BinaryOp.Max, BinaryOp.Min)
                           st.sampled_from(_KINDS), st.sampled_from(_OPS)), min_size=40, max_size=40))
 def test_random_broadcasts_match_reference(cases) -> None:
     """40 random NumPy-broadcastable shape pairs (rank ≤ 4, random size-1 axes) in one schedule."""
-    bd = Builder()
+    bd = Suite()
     for k, (shapes, kind, op) in enumerate(cases):
         lshape, rshape = shapes.input_shapes
         if kind == "c64" and op in (BinaryOp.Max, BinaryOp.Min):
             op = BinaryOp.Sub
         bcast_case(bd, f"rand{k}", kind, op, lshape, rshape)
-    b = Built(bd)
-    for name in b.cases:
-        b.check(name)
+    checked = bd.run()
+    for name in bd.names:
+        checked.check(name)
     # and the reference agrees with NumPy broadcasting itself
-    for (shapes, kind, op), name in zip(cases, b.cases):
+    for (shapes, kind, op), c in zip(cases, bd.cases):
         if kind != "f32" or op not in (BinaryOp.Add, BinaryOp.Mul):
             continue
-        c = b.cases[name]
-        (lo, la), (ro, ra) = c.inputs.items()
         lshape, rshape = shapes.input_shapes
+        la, ra = (checked.before[off:off + 4 * math.prod(shape)].view(np.float32)
+                  for off, shape in ((c.thunk.lhs, lshape), (c.thunk.rhs, rshape)))
         want = (np.add if op is BinaryOp.Add else np.multiply)(la.reshape(lshape), ra.reshape(rshape))
-        got = b.expected.bytes[c.outputs[0][0]:].view(np.float32)[:want.size]
+        got = checked.output(c.name, arena=checked.want)[:want.size]
         assert_same(got, want.reshape(-1).astype(np.float32))
 
 
@@ -663,52 +577,6 @@ def test_bad_thunk_is_rejected(fld: str, thunk) -> None:
         rl.compile(rl.ThunkSchedule([thunk], arena_bytes=4096), cache=False)
     assert info.value.field == fld
     assert repr(fld) in str(info.value)
-
-
-# ── SplineActivation: its own Suite (sentinel bytes, 1 vs all threads, native) ──
-
-from tests.ir_emit.test_norms import WIDTHS as SPLINE_WIDTHS  # noqa: E402
-from tests.ir_emit.test_norms import Suite, suite_tests  # noqa: E402
-
-SPLINE_GRIDS = {"std": (-2.0, 2.0), "wide": (-5.0, 3.0), "reversed": (2.0, -1.0), "flat": (0.5, 0.5)}
-
-
-def spline_x(s: Suite, rows: int, ch: int, gmin: float, gmax: float) -> np.ndarray:
-    """Normals over the grid, then exact grid points, far-outside values, NaN and ±inf."""
-    x = s.normal(rows * ch, 1.5 * max(abs(gmax - gmin), 1.0) / 2, (gmin + gmax) / 2)
-    special = [gmin, gmax, np.nan, np.inf, -np.inf, 1e30, -40.0, 0.0]
-    k = min(x.size, len(special))
-    x[s.rng.choice(x.size, k, replace=False)] = np.array(special[:k], np.float32)
-    return x
-
-
-def add_spline(s: Suite, rows: int, ch: int, nb: int, grid: str, tag: str = "", inplace: bool = False) -> None:
-    gmin, gmax = SPLINE_GRIDS[grid]
-    x = s.put(spline_x(s, rows, ch, gmin, gmax))
-    dst, o = (x, (x, np.dtype(np.float32), rows * ch)) if inplace else s.out(np.float32, rows * ch)
-    s.add(f"SplineActivation-{rows}x{ch}-nb{nb}-{grid}{tag}",
-          T.SplineActivation(x=x, coeff=s.put(s.normal(ch * nb)), dst=dst, rows=rows, channels=ch, num_basis=nb,
-                             grid_min=gmin, grid_max=gmax), [o], rtol=1e-5, atol=1e-5)
-
-
-def build_spline() -> Suite:
-    s = Suite(seed=21)
-    for ch in SPLINE_WIDTHS:
-        for rows in ((0, 1, 7) if ch in (W + 1, 771) else (7,)):
-            for nb in (1, 2, 8):
-                add_spline(s, rows, ch, nb, "std")
-    for grid in SPLINE_GRIDS:
-        for nb in (0, 1, 5, 33):
-            add_spline(s, 5, W + 3, nb, grid)
-    add_spline(s, 97, 771, 8, "std", tag="-threads")
-    add_spline(s, 6, 2 * W + 1, 4, "wide", tag="-inplace", inplace=True)
-    return s
-
-
-SPLINE_SUITE = build_spline()
-
-(outcome, test_spline_matches_reference, test_spline_leaves_other_bytes_alone,
- test_spline_thread_count_does_not_change_results, test_spline_is_native) = suite_tests(SPLINE_SUITE, ("elementwise",))
 
 
 def test_spline_reference_is_the_formula() -> None:

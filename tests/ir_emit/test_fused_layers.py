@@ -1,5 +1,5 @@
 """FusedAttnBlock, FusedBertLayer and FusedNomicLayer against their float64 NumPy references (one compiled
-schedule, the `Suite` harness of test_norms.py), and FusedBertLayer against the composition of
+schedule, tests/harness.py), and FusedBertLayer against the composition of
 the unfused thunks it replaces, run through `rl.compile`."""
 from __future__ import annotations
 
@@ -17,30 +17,8 @@ from rlx_llvm import thunks as T
 from rlx_llvm.ir_emit import parallel
 from rlx_llvm.ir_emit.gemm import GEMM_MODE_ENV
 from rlx_llvm.ops import Activation, MaskKind
-from tests.ir_emit.test_norms import suite_tests, Suite, expect_invalid
+from tests.harness import Suite, bert_inputs, expect_invalid, padding_mask, suite_tests
 
-FAMILIES = ("fused_layers",)
-
-
-def padding_mask(s: Suite, batch: int, seq: int, full_masked: bool) -> np.ndarray:
-    """1 = keep; each sequence padded at the end; sequence 0 fully masked when `full_masked`."""
-    m = np.ones((batch, seq), np.float32)
-    for bi in range(batch):
-        m[bi, seq - bi * (seq // 3):] = 0.0 if bi else 1.0
-    if full_masked:
-        m[0] = 0.0
-    return m.reshape(-1)
-
-
-def bert_inputs(s: Suite, batch, seq, hs, nh, inter, full_masked=False) -> dict:
-    w = lambda k, n: s.put(s.normal(k * n, k ** -0.5))
-    return dict(hidden=s.put(s.normal(batch * seq * hs)), qkv_w=w(hs, 3 * hs), qkv_b=s.put(s.normal(3 * hs, 0.1)),
-                out_w=w(hs, hs), out_b=s.put(s.normal(hs, 0.1)),
-                mask=s.put(padding_mask(s, batch, seq, full_masked)),
-                ln1_g=s.put(s.normal(hs, 0.1, 1.0)), ln1_b=s.put(s.normal(hs, 0.1)), eps1=1e-12,
-                fc1_w=w(hs, inter), fc1_b=s.put(s.normal(inter, 0.1)), fc2_w=w(inter, hs),
-                fc2_b=s.put(s.normal(hs, 0.1)), ln2_g=s.put(s.normal(hs, 0.1, 1.0)), ln2_b=s.put(s.normal(hs, 0.1)),
-                eps2=1e-5, batch=batch, seq=seq, hs=hs, nh=nh, dh=hs // nh, int_dim=inter)
 
 
 def add_bert(s: Suite, name: str, *, batch=1, seq=5, hs=32, nh=2, inter=64, full_masked=False) -> T.FusedBertLayer:
@@ -59,14 +37,14 @@ def rope_tables(s: Suite, seq: int, dh: int, extra: int = 3) -> tuple:
 
 def add_nomic(s: Suite, name: str, *, batch=2, seq=5, hs=32, nh=2, inter=64, interleaved=False,
               full_masked=False) -> T.FusedNomicLayer:
-    w = lambda k, n: s.put(s.normal(k * n, k ** -0.5))
+    w = lambda k, n: s.put(s.normal(k * n, scale=k ** -0.5))
     cos, sin, cos_len = rope_tables(s, seq, hs // nh)
     out, o = s.out(np.float32, batch * seq * hs)
     t = T.FusedNomicLayer(hidden=s.put(s.normal(batch * seq * hs)), qkv_w=w(hs, 3 * hs), out_w=w(hs, hs),
                           mask=s.put(padding_mask(s, batch, seq, full_masked)), cos=cos, sin=sin, cos_len=cos_len,
-                          ln1_g=s.put(s.normal(hs, 0.1, 1.0)), ln1_b=s.put(s.normal(hs, 0.1)), eps1=1e-5,
-                          fc11_w=w(hs, 2 * inter), fc12_w=0, fc2_w=w(inter, hs), ln2_g=s.put(s.normal(hs, 0.1, 1.0)),
-                          ln2_b=s.put(s.normal(hs, 0.1)), eps2=1e-5, out=out, batch=batch, seq=seq, hs=hs, nh=nh,
+                          ln1_g=s.put(s.normal(hs, scale=0.1, shift=1.0)), ln1_b=s.put(s.normal(hs, scale=0.1)), eps1=1e-5,
+                          fc11_w=w(hs, 2 * inter), fc12_w=0, fc2_w=w(inter, hs), ln2_g=s.put(s.normal(hs, scale=0.1, shift=1.0)),
+                          ln2_b=s.put(s.normal(hs, scale=0.1)), eps2=1e-5, out=out, batch=batch, seq=seq, hs=hs, nh=nh,
                           dh=hs // nh, int_dim=inter, interleaved=interleaved)
     s.add(name, t, [o], rtol=2e-4, atol=2e-4)
     return t
@@ -82,17 +60,17 @@ def add_attn_block(s: Suite, name: str, *, batch=2, seq=5, hs=32, nh=4, in_dim=N
         s.put(s.normal(batch * nh * seq * seq)) if mask == MaskKind.Bias else 0
     out, o = s.out(np.float32, m * out_dim)
     cos, sin, cos_len = rope_tables(s, seq, hs // nh) if rope else (0, 0, 0)
-    t = T.FusedAttnBlock(hidden=s.put(s.normal(m * in_dim)), qkv_w=s.put(s.normal(in_dim * 3 * hs, in_dim ** -0.5)),
-                         out_w=s.put(s.normal(hs * out_dim, hs ** -0.5)), mask=mk, mask_kind=mask, out=out,
-                         qkv_b=s.put(s.normal(3 * hs, 0.1)) if bias else 0,
-                         out_b=s.put(s.normal(out_dim, 0.1)) if out_bias else 0, cos=cos, sin=sin,
+    t = T.FusedAttnBlock(hidden=s.put(s.normal(m * in_dim)), qkv_w=s.put(s.normal(in_dim * 3 * hs, scale=in_dim ** -0.5)),
+                         out_w=s.put(s.normal(hs * out_dim, scale=hs ** -0.5)), mask=mk, mask_kind=mask, out=out,
+                         qkv_b=s.put(s.normal(3 * hs, scale=0.1)) if bias else 0,
+                         out_b=s.put(s.normal(out_dim, scale=0.1)) if out_bias else 0, cos=cos, sin=sin,
                          cos_len=cos_len, batch=batch, seq=seq, hs=hs, nh=nh, dh=hs // nh, in_dim=in_dim,
                          out_dim=out_dim, has_bias=bias, has_rope=rope is not None, interleaved=rope == "gptj")
     s.add(name, t, [o], rtol=1e-4, atol=1e-4)
 
 
 def build() -> Suite:
-    s = Suite(seed=11)
+    s = Suite(11, rtol=2e-5, atol=2e-5)
     add_bert(s, "bert_b1_s1", batch=1, seq=1, hs=32, nh=2, inter=64)
     add_bert(s, "bert_b2_s5_masked", batch=2, seq=5, hs=32, nh=4, inter=128, full_masked=True)
     add_bert(s, "bert_b2_s17", batch=2, seq=17, hs=64, nh=4, inter=128)
@@ -137,7 +115,7 @@ MIN_FORKS = {"bert_threads_b2_s133": (4, 2), "nomic_threads_b2_s133": (4, 3), "a
 
 SUITE = build()
 (outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
- test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE, FAMILIES)
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
 # ── every step of a large layer splits across threads ───────────────────────
@@ -145,7 +123,7 @@ SUITE = build()
 def test_large_layers_fork_every_step(outcome) -> None:
     """The projections with scratch operands, the LayerNorms and SwiGLU each emit a parallel_for."""
     for name, (gemms, rows) in MIN_FORKS.items():
-        forks = outcome.prog.llvm_ir(thunk=SUITE.names().index(name)).count('@"GOMP_parallel"(')
+        forks = outcome.program.llvm_ir(thunk=SUITE.names.index(name)).count('@"GOMP_parallel"(')
         assert forks >= gemms * _tiles() + rows + 1, (name, forks)
 
 
@@ -165,7 +143,7 @@ def test_large_layers_on_two_threads(outcome) -> None:
             rl.set_num_threads(threads)
             arena = rl.Arena(outcome.before.size)
             arena.bytes[:] = outcome.before
-            outcome.prog.run(arena)
+            outcome.program.run(arena)
             runs[threads] = arena.bytes.copy()
     finally:
         rl.set_num_threads(saved_blas)
@@ -204,14 +182,12 @@ def unfused_chain(s: Suite, t: T.FusedBertLayer, out: int) -> list:
 @pytest.mark.parametrize("batch,seq,hs,nh,inter,full_masked", [(1, 1, 32, 2, 64, False), (2, 5, 32, 4, 128, True),
                                                                (2, 17, 64, 4, 128, False)])
 def test_bert_layer_equals_unfused_chain(batch, seq, hs, nh, inter, full_masked) -> None:
-    s = Suite(seed=batch * 100 + seq)
+    s = Suite(batch * 100 + seq, rtol=2e-5, atol=2e-5)
     fused = add_bert(s, "fused", batch=batch, seq=seq, hs=hs, nh=nh, inter=inter, full_masked=full_masked)
     ref_out = s.slot(4 * batch * seq * hs)
     chain = unfused_chain(s, fused, ref_out)
-    prog = rl.compile(rl.ThunkSchedule([fused] + chain, arena_bytes=s.top), cache=False)
-    arena = rl.Arena(s.top)
-    for off, values in s.inputs:
-        arena.bytes[off:off + values.nbytes] = values.reshape(-1).view(np.uint8)
+    prog = rl.compile(rl.ThunkSchedule([fused] + chain, arena_bytes=s.nbytes), cache=False)
+    arena = s.arena()
     prog.run(arena)
     n = batch * seq * hs
     got = arena.bytes[fused.out:fused.out + 4 * n].view(np.float32)
@@ -222,21 +198,21 @@ def test_bert_layer_equals_unfused_chain(batch, seq, hs, nh, inter, full_masked)
 # ── validation ───────────────────────────────────────────────────────────────
 
 def _bert(**changes) -> T.FusedBertLayer:
-    s = Suite(seed=1)
+    s = Suite(1)
     t = add_bert(s, "x", batch=1, seq=2, hs=8, nh=2, inter=8)
-    return dataclasses.replace(t, **changes), s.top
+    return dataclasses.replace(t, **changes), s.nbytes
 
 
 def _block(rope=None, **changes):
-    s = Suite(seed=1)
+    s = Suite(1)
     add_attn_block(s, "x", batch=1, seq=2, hs=8, nh=2, rope=rope)
-    return dataclasses.replace(s.cases[0].thunk, **changes), s.top
+    return dataclasses.replace(s.cases[0].thunk, **changes), s.nbytes
 
 
 def _nomic(**changes):
-    s = Suite(seed=1)
+    s = Suite(1)
     t = add_nomic(s, "x", batch=1, seq=2, hs=8, nh=2, inter=8)
-    return dataclasses.replace(t, **changes), s.top
+    return dataclasses.replace(t, **changes), s.nbytes
 
 
 @pytest.mark.parametrize("make,changes,field", [
@@ -251,4 +227,4 @@ def _nomic(**changes):
 ])
 def test_invalid(make, changes, field) -> None:
     t, top = make(**changes)
-    expect_invalid(t, top + (1 << 16), field, FAMILIES)
+    expect_invalid(t, top + (1 << 16), field)

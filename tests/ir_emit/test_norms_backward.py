@@ -3,8 +3,6 @@ compiled schedule), and the references against the math — finite differences o
 and the transposed Jacobian of the forward Rope / Cumsum / GatherAxis references."""
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
@@ -13,10 +11,8 @@ from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import DType
 from rlx_llvm.reference import norms_backward as nb
 from rlx_llvm.reference.norms import normalize_rows
-from tests.ir_emit.test_norms import W, WIDTHS, Suite, expect_invalid, special_rows, suite_tests
+from tests.harness import W, WIDTHS, Suite, expect_invalid, special_rows, suite_tests
 
-FAMILIES = ("norms_backward",)
-FORWARD_FAMILIES = ("norms_backward", "norms", "reductions", "indexing", "attention")  # run_ref's references
 F32 = np.dtype(np.float32)
 
 
@@ -51,16 +47,16 @@ def add_norms(s: Suite) -> None:
             for kind in INPUT_KINDS:
                 add_input_grad(s, kind, rows, h, special_rows(s, rows, h))
             for kind in PARAM_KINDS:
-                add_param_grad(s, kind, rows, h, s.normal(rows * h, 2.0, 0.5), s.normal(rows * h))
+                add_param_grad(s, kind, rows, h, s.normal(rows * h, scale=2.0, shift=0.5), s.normal(rows * h))
     for kind in PARAM_KINDS:   # NaN / ±inf in x (LayerNorm: a whole row's x̂) and in dy (one column)
         dy = s.normal(7 * (W + 1))
         dy[3 * (W + 1) + 2], dy[4 * (W + 1) + 5], dy[5 * (W + 1) + 5] = np.nan, np.inf, -np.inf
         add_param_grad(s, kind, 7, W + 1, special_rows(s, 7, W + 1), dy, tag="-special")
     for kind in INPUT_KINDS:   # big enough to split across threads (rows; column vectors below)
-        add_input_grad(s, kind, 97, 771, s.normal(97 * 771, 2.0, 0.5), tag="-threads")
+        add_input_grad(s, kind, 97, 771, s.normal(97 * 771, scale=2.0, shift=0.5), tag="-threads")
     for kind in PARAM_KINDS:
         h = 3001 if kind == "RmsNormBackwardBeta" else 771
-        add_param_grad(s, kind, 97, h, s.normal(97 * h, 2.0, 0.5), s.normal(97 * h), tag="-threads")
+        add_param_grad(s, kind, 97, h, s.normal(97 * h, scale=2.0, shift=0.5), s.normal(97 * h), tag="-threads")
     for kind in INPUT_KINDS:
         add_input_grad(s, kind, 5, 40, s.normal(200), tag="-inplace", inplace=True)
 
@@ -132,7 +128,7 @@ def add_batch_norm(s: Suite) -> None:
         n = count * ch
         var = (np.abs(s.normal(ch)) + 0.1).astype(np.float32)
         var[ch // 2] = -1.0 if ch > 2 else var[ch // 2]   # → NaN column, as in the forward
-        x, dy = s.normal(n, 2.0), s.normal(n)
+        x, dy = s.normal(n, scale=2.0), s.normal(n)
         if n > 10:
             dy[3], x[7] = np.inf, np.nan
         stats = dict(mean=s.put(s.normal(ch)), var=s.put(var))
@@ -155,7 +151,7 @@ def add_group_norm(s: Suite) -> None:
                                  (3, 4, 1, W + 1, 2), (1, 16, 40, 40, 16), (3, 64, 9, 21, 8), (0, 4, 2, 2, 2),
                                  (2, 4, 0, 3, 2), (3, 2 * W + 6, 1, 1, 2)):
         count = n * c * hh * ww
-        x, dy = s.normal(count, 1.5, 1.0), s.normal(count)
+        x, dy = s.normal(count, scale=1.5, shift=1.0), s.normal(count)
         if n == 2 and c == 6:
             x[0], dy[c * hh * ww - 1] = np.nan, np.inf   # the first group of batch 0 NaN; an inf dy in the last channel
         geo = dict(n=n, c=c, h=hh, w=ww)
@@ -190,7 +186,7 @@ def add_modulated(s: Suite, rows: int, h: int, maps: dict, tag: str = "") -> Non
                 dy[h + 1], dy[2 * h + 2] = np.inf, np.nan
             dst, o = s.out(np.float32, n + 2 * mod_len)
             s.add(f"AdaLayerNormBackward-{rows}x{h}-{mname}-ln{int(ln)}{tag}", T.AdaLayerNormBackward(
-                x=s.put(special_rows(s, rows, h)), scale=s.put(s.normal(mod_len, 0.5)), shift=s.put(s.normal(mod_len)),
+                x=s.put(special_rows(s, rows, h)), scale=s.put(s.normal(mod_len, scale=0.5)), shift=s.put(s.normal(mod_len)),
                 dy=s.put(dy), dst=dst, rows=rows, h=h, eps=1e-6, layer_norm=ln, mod_len=mod_len, mod_off=offs), [o],
                 rtol=1e-4, atol=1e-4)
         y, dy = s.normal(n), s.normal(n)
@@ -212,7 +208,7 @@ def add_modulations(s: Suite) -> None:
 
 
 def build() -> Suite:
-    s = Suite(seed=11)
+    s = Suite(11, rtol=2e-5, atol=2e-5)
     add_norms(s)
     add_modulations(s)
     add_batch_norm(s)
@@ -226,7 +222,7 @@ def build() -> Suite:
 SUITE = build()
 
 (outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
- test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE, FAMILIES)
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
 # ── the references against the math ─────────────────────────────────────────
@@ -302,12 +298,12 @@ def test_batch_norm_inference_gradients_are_the_derivatives_of_the_forward() -> 
 
 def test_group_norm_backward_groups_must_divide_channels() -> None:
     expect_invalid(T.GroupNormBackwardInput(x=0, gamma=256, beta=512, dy=1024, dx=2048, n=1, c=6, h=2, w=2,
-                                            num_groups=4, eps=1e-5), 4096, "num_groups", FAMILIES)
+                                            num_groups=4, eps=1e-5), 4096, "num_groups")
 
 
 def test_group_norm_backward_gamma_needs_a_group() -> None:
     expect_invalid(T.GroupNormBackwardGamma(x=0, dy=1024, dgamma=2048, n=1, c=6, h=2, w=2, num_groups=0, eps=1e-5),
-                   4096, "num_groups", FAMILIES)
+                   4096, "num_groups")
 
 
 def forward_matrix(forward, n_in: int, n_out: int) -> np.ndarray:
@@ -322,8 +318,7 @@ def forward_matrix(forward, n_in: int, n_out: int) -> np.ndarray:
 
 def run_ref(thunk, nbytes: int, inputs: dict) -> np.ndarray:
     """Run one reference on a fresh zeroed arena holding `inputs` (offset → f32 array)."""
-    for fam in FORWARD_FAMILIES:
-        importlib.import_module(f"rlx_llvm.reference.{fam}")
+    ref.load_all()
     arena = np.zeros(nbytes, np.uint8)
     for off, v in inputs.items():
         arena[off:off + v.nbytes] = v.view(np.uint8)
@@ -394,7 +389,7 @@ def _rope_backward(**kw) -> T.RopeBackward:
     (dict(head_dim=6), "head_dim"), (dict(head_dim=0), "head_dim"), (dict(n_rot=5), "n_rot"),
     (dict(n_rot=10), "n_rot"), (dict(cos_row_stride=3), "cos_row_stride"), (dict(cos_len=15), "cos_len")])
 def test_rope_backward_rejects(kw: dict, field: str) -> None:
-    expect_invalid(_rope_backward(**kw), 4096, field, FAMILIES)
+    expect_invalid(_rope_backward(**kw), 4096, field)
 
 
 # ── AdaLayerNorm / GatedResidual backward against finite differences of the forward references ──
@@ -478,19 +473,19 @@ def test_gated_residual_backward_is_the_derivative_of_the_forward() -> None:
 
 def test_ada_layer_norm_backward_offsets_per_row() -> None:
     expect_invalid(T.AdaLayerNormBackward(x=0, scale=1024, shift=2048, dy=3072, dst=4096, rows=4, h=8, eps=1e-6,
-                                          layer_norm=True, mod_len=16, mod_off=(0, 8, 0)), 8192, "mod_off", FAMILIES)
+                                          layer_norm=True, mod_len=16, mod_off=(0, 8, 0)), 8192, "mod_off")
 
 
 def test_ada_layer_norm_backward_offsets_inside_mod_len() -> None:
     expect_invalid(T.AdaLayerNormBackward(x=0, scale=1024, shift=2048, dy=3072, dst=4096, rows=2, h=8, eps=1e-6,
-                                          layer_norm=False, mod_len=16, mod_off=(0, 9)), 8192, "mod_off", FAMILIES)
+                                          layer_norm=False, mod_len=16, mod_off=(0, 9)), 8192, "mod_off")
 
 
 def test_gated_residual_backward_offsets_per_row() -> None:
     expect_invalid(T.GatedResidualBackward(x=0, y=1024, gate=2048, dy=3072, dst=4096, rows=2, h=8, gate_len=16,
-                                           gate_off=(0,)), 8192, "gate_off", FAMILIES)
+                                           gate_off=(0,)), 8192, "gate_off")
 
 
 def test_gated_residual_backward_offsets_inside_gate_len() -> None:
     expect_invalid(T.GatedResidualBackward(x=0, y=1024, gate=2048, dy=3072, dst=4096, rows=2, h=8, gate_len=8,
-                                           gate_off=(0, 8)), 8192, "gate_off", FAMILIES)
+                                           gate_off=(0, 8)), 8192, "gate_off")

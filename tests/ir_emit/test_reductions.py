@@ -1,16 +1,14 @@
 """Softmax, Reduce, ReduceSumF64, ArgReduce, TopK, Cumsum, CumScan and Histogram against the NumPy
-references — one schedule, compiled once (harness: test_norms.Suite)."""
+references — one schedule, compiled once (tests/harness.py)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import DType
 from rlx_llvm.ops import ReduceOp
-from tests.ir_emit.test_norms import suite_tests, HUGE, W, Outcome, Suite, expect_invalid
+from tests.harness import HUGE, W, Outcome, Suite, expect_invalid, suite_tests
 
-FAMILIES = ("reductions",)
 SHAPES = ((3, 1, 1), (4, W - 1, 1), (2, W, 1), (3, W + 1, 1), (5, 4 * W + 3, 1), (1, HUGE, 1),    # contiguous
           (2, 7, 3), (3, 40, W), (2, 9, W + 4), (1, 1, 33), (2, 3, 1000))                         # inner > 1
 THREADED = ((129, 1000, 1), (3, 300, 97))  # ≥ 256 KiB: rows (or row × position blocks) split over threads
@@ -18,7 +16,7 @@ THREADED = ((129, 1000, 1), (3, 300, 97))  # ≥ 256 KiB: rows (or row × positi
 
 def with_specials(s: Suite, n: int, scale: float = 1.0) -> np.ndarray:
     """Normals with NaN, +inf and −inf planted (n ≥ 8) and some exact ties."""
-    x = s.normal(n, scale)
+    x = s.normal(n, scale=scale)
     if n >= 8:
         x[s.rng.choice(n, 3, replace=False)] = [np.nan, np.inf, -np.inf]
         x[s.rng.choice(n, 2, replace=False)] = x[0]
@@ -34,7 +32,7 @@ def sum_tolerance(x: np.ndarray, outer: int, reduced: int, inner: int) -> np.nda
 def add_softmax(s: Suite) -> None:
     for outer, cols, inner in SHAPES + THREADED + ((4, 1024, 1), (2, 1, 1)):
         n = outer * cols * inner
-        x = s.normal(n, 3.0).reshape(outer, cols, inner)
+        x = s.normal(n, scale=3.0).reshape(outer, cols, inner)
         if cols >= 4:
             x[0, 1, 0] = -np.inf                      # exp(−inf − m) = 0
             if outer > 1:
@@ -44,7 +42,7 @@ def add_softmax(s: Suite) -> None:
         data = s.put(x.reshape(-1))
         s.add(f"Softmax-{outer}x{cols}x{inner}", T.Softmax(data=data, rows=outer * inner, cols=cols, inner=inner),
               [(data, np.dtype(np.float32), n)], rtol=1e-5, atol=1e-6)
-    rows = s.normal(3 * 20, 5.0).reshape(3, 20)
+    rows = s.normal(3 * 20, scale=5.0).reshape(3, 20)
     rows[0, 3], rows[1, :], rows[2, :] = np.inf, -np.inf, 80.0   # +inf → NaN row, all −inf → NaN, large equal
     data = s.put(rows.reshape(-1))
     s.add("Softmax-specials", T.Softmax(data=data, rows=3, cols=20, inner=1), [(data, np.dtype(np.float32), 60)],
@@ -65,7 +63,7 @@ def add_reduce(s: Suite) -> None:
                     x.reshape(outer, reduced, inner)[1, :, 0] = np.nan   # all-NaN → ∓inf
                 tol = dict(exact=True)
             else:
-                x = s.normal(n, 1.0, 0.3)
+                x = s.normal(n, scale=1.0, shift=0.3)
                 atol = sum_tolerance(x, outer, reduced, inner) / (max(reduced, 1) if op is ReduceOp.Mean else 1)
                 tol = dict(rtol=1e-6, atol=atol)
             dst, o = s.out(np.float32, outer * inner)
@@ -141,7 +139,7 @@ def add_histogram(s: Suite) -> None:
 
 
 def build() -> Suite:
-    s = Suite(seed=6)
+    s = Suite(6, rtol=2e-5, atol=2e-5)
     add_softmax(s)
     add_reduce(s)
     add_arg_reduce(s)
@@ -155,7 +153,7 @@ SUITE = build()
 
 
 (outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
- test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE, FAMILIES)
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
 def test_top_k_edge_rules(outcome: Outcome) -> None:
@@ -180,21 +178,20 @@ def test_histogram_drops_and_edges(outcome: Outcome) -> None:
 # ── bad inputs: one per check rule ──────────────────────────────────────────
 
 def test_softmax_inner_must_divide_rows() -> None:
-    expect_invalid(T.Softmax(data=0, rows=10, cols=4, inner=3), 4096, "inner", FAMILIES)
+    expect_invalid(T.Softmax(data=0, rows=10, cols=4, inner=3), 4096, "inner")
 
 
 def test_softmax_inner_at_least_one() -> None:
-    expect_invalid(T.Softmax(data=0, rows=10, cols=4, inner=0), 4096, "inner", FAMILIES)
+    expect_invalid(T.Softmax(data=0, rows=10, cols=4, inner=0), 4096, "inner")
 
 
 def test_arg_reduce_needs_elements() -> None:
-    expect_invalid(T.ArgReduce(src=0, dst=1024, outer=2, reduced=0, inner=3, is_max=True), 4096, "reduced", FAMILIES)
+    expect_invalid(T.ArgReduce(src=0, dst=1024, outer=2, reduced=0, inner=3, is_max=True), 4096, "reduced")
 
 
 def test_top_k_needs_a_row() -> None:
-    expect_invalid(T.TopK(src=0, dst=1024, outer=2, axis_dim=0, k=3, indices_i64=0), 4096, "axis_dim", FAMILIES)
+    expect_invalid(T.TopK(src=0, dst=1024, outer=2, axis_dim=0, k=3, indices_i64=0), 4096, "axis_dim")
 
 
 def test_cumsum_dtype_is_f32_or_i64() -> None:
-    expect_invalid(T.Cumsum(src=0, dst=1024, rows=2, cols=3, exclusive=False, dtype=DType.I32), 4096, "dtype",
-                   FAMILIES)
+    expect_invalid(T.Cumsum(src=0, dst=1024, rows=2, cols=3, exclusive=False, dtype=DType.I32), 4096, "dtype")

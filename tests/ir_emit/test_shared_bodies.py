@@ -7,15 +7,12 @@ import re
 
 import numpy as np
 
-import rlx_llvm as rl
-from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.ir_emit.core import FIELD_STRIDE
 from rlx_llvm.ir_emit.shared_bodies import buffer_fields, canonical
 from rlx_llvm.ops import MaskKind
 from rlx_llvm.thunks.base import USIZE_MAX
-from tests.ir_emit.test_fused_layers import bert_inputs
-from tests.ir_emit.test_norms import SENTINEL, Suite
+from tests.harness import Suite, bert_inputs
 
 
 def _block(**offsets) -> T.FusedAttnBlock:
@@ -37,49 +34,30 @@ def test_canonical_form_keeps_aliasing_alignment_and_absent_buffers():
     assert "qkv_w" in buffer_fields(t) and "batch" not in buffer_fields(t)
 
 
-def _layer_at(s: Suite, shift: int, **shape) -> tuple[T.FusedBertLayer, int]:
+def _layer_at(s: Suite, shift: int, **shape) -> tuple[T.FusedBertLayer, tuple]:
     """A BERT layer whose every buffer starts `shift` bytes past a 64-byte line."""
     t = T.FusedBertLayer(out=0, **bert_inputs(s, **shape))
-    moved = {}
-    for name in buffer_fields(t):
-        if name == "out":
-            continue
-        n = t.reads()[[e.field for e in t.reads()].index(name)].nbytes
-        at = s.slot(n + shift) + shift
-        moved[name] = at
-        s.inputs.append((at, s.inputs[[o for o, _ in s.inputs].index(getattr(t, name))][1]))
-    out_bytes = 4 * shape["batch"] * shape["seq"] * shape["hs"]
-    out = s.slot(out_bytes + shift) + shift
-    return dataclasses.replace(t, **moved, out=out), out
+    values = dict(s.inputs)
+    moved = {name: s.put(values[getattr(t, name)], skew=shift) for name in buffer_fields(t) if name != "out"}
+    n = shape["batch"] * shape["seq"] * shape["hs"]
+    out = s.slot(4 * n, skew=shift)
+    return dataclasses.replace(t, **moved, out=out), (out, np.dtype(np.float32), n)
 
 
 def test_identical_layers_share_one_body_and_each_matches_the_reference():
-    s = Suite(7)
+    s = Suite(7, rtol=2e-4, atol=2e-4)
     shape = dict(batch=2, seq=5, hs=32, nh=4, inter=64)
-    layers = [_layer_at(s, 0, **shape), _layer_at(s, 0, **shape), _layer_at(s, 4, **shape),
-              _layer_at(s, 0, **{**shape, "seq": 3})]
-    sched = rl.ThunkSchedule([t for t, _ in layers], arena_bytes=s.top)
-    prog = rl.compile(sched, cache=False)
+    for k, shp in enumerate([shape, shape, shape, {**shape, "seq": 3}]):
+        t, out = _layer_at(s, 4 if k == 2 else 0, **shp)
+        s.add(f"layer{k}", t, [out])
+    outcome = s.run()
+    prog = outcome.program
     bodies = [r.body for r in prog.report()]
     assert bodies[0] == bodies[1] == "t0_fused_bert_layer.body"
     assert len(set(bodies)) == 3  # the misaligned copy and the other shape get their own
     assert len(re.findall(r"^define .*\.body\"?\(", prog.llvm_ir(), re.M)) == 3
     assert "define" in prog.llvm_ir(thunk=1) and "@\"t0_fused_bert_layer.body\"(" in prog.llvm_ir(thunk=1)
     assert "t0_fused_bert_layer.body:" in prog.asm(thunk=1)
-
-    arena = rl.Arena(s.top)
-    arena.fill(SENTINEL)
-    for at, values in s.inputs:
-        arena.write(at, values)
-    want = rl.Arena.from_bytes(arena.bytes)
-    prog.run(arena)
-    ref.run(sched, want)
-    for (t, out), shp in zip(layers, [shape, shape, shape, {**shape, "seq": 3}]):
-        n = shp["batch"] * shp["seq"] * shp["hs"]
-        np.testing.assert_allclose(arena.read(out, "f32", n), want.read(out, "f32", n), rtol=2e-4, atol=2e-4)
-    outputs = {e.offset for t, _ in layers for e in t.writes()}
-    untouched = np.ones(s.top, bool)
-    for t, _ in layers:
-        for e in t.writes():
-            untouched[e.offset:e.offset + e.nbytes] = False
-    assert outputs and (arena.bytes[untouched] == want.bytes[untouched]).all()  # nothing else written
+    for name in s.names:
+        outcome.check(name)
+    outcome.check_untouched()

@@ -13,7 +13,7 @@ from scipy import special
 
 from rlx_llvm.ir_emit import vecmath as vm
 
-from .conftest import Kernel
+from tests.harness import Kernel
 
 UNARY = ["exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "erfc", "sin", "cos", "tan", "atan"]
 UNARY64 = [n for n in UNARY if n != "erfc"]
