@@ -112,6 +112,17 @@ def num_threads(n: int) -> Iterator[int]:
         rl.set_num_threads(saved)
 
 
+@contextlib.contextmanager
+def streaming_forced() -> Iterator[None]:
+    """Compile with the movement and indexing streaming thresholds at 0: the non-temporal, prefetching
+    paths run on small shapes too."""
+    from rlx_llvm.ir_emit import indexing, movement
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(movement, "STREAM_BYTES", 0)
+        mp.setattr(indexing, "STREAM_BYTES", 0)
+        yield
+
+
 def run_on_copy(program, before: np.ndarray, threads: "int | None" = None) -> np.ndarray:
     """The arena bytes after running `program` on a copy of `before` (with `threads` threads if given)."""
     arena = rl.Arena(before.size)
@@ -204,11 +215,13 @@ class Suite:
         return f32_to_f16_bits(x).view(np.float16) if kind is HalfKind.F16 else x
 
     # cases
-    def add(self, name: str, thunk, outputs: "list[Output] | None" = None, **how) -> Case:
-        """Register a case (unique name); `outputs` default to the thunk's declared writes, byte-exact."""
+    def add(self, name: str, thunk, outputs: "list[Output] | None" = None, *, dtype=np.uint8, **how) -> Case:
+        """Register a case (unique name); `outputs` default to the thunk's declared writes as `dtype`
+        (bytes: compared bit-exactly)."""
         assert name not in {c.name for c in self.cases}, name
         if outputs is None:
-            outputs = [(e.offset, np.dtype(np.uint8), e.nbytes) for e in thunk.writes()]
+            dtype = np.dtype(dtype)
+            outputs = [(e.offset, dtype, e.nbytes // dtype.itemsize) for e in thunk.writes()]
         how = {"rtol": self.rtol, "atol": self.atol, **how}
         case = Case(name, thunk, outputs, **how)
         self.cases.append(case)

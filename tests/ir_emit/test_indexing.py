@@ -1,7 +1,7 @@
 """Indexing lowerings (gathers, scatters) against the NumPy reference and the ONNX operator spec.
 
-Same harness as test_movement: one schedule, one arena of random bytes, compiled as is and with
-streaming forced on.  Indices are data, so every kind also runs on hostile index values (NaN,
+One schedule over one arena of random bytes (tests/harness.py), compiled as is and with streaming
+forced on.  Indices are data, so every kind also runs on hostile index values (NaN,
 ±inf, negative, huge, i64 extremes) and on index slots left as random bytes; the sentinel check
 proves no byte outside the declared outputs changes whatever the indices hold.
 """
@@ -15,8 +15,7 @@ import rlx_llvm as rl
 from rlx_llvm import thunks as T
 from rlx_llvm.errors import ValidationError
 from rlx_llvm.ops import ScatterNdReduction as Red
-from tests.ir_emit.test_movement import (Outcome, Suite, assert_matches_reference, assert_outputs_only, assert_spec,
-                                         run_suite, streamed_subset)
+from tests.harness import Outcome, Suite, expect_invalid, streaming_forced, suite_tests
 
 RNG = np.random.default_rng(11)
 REDUCTIONS = (Red.None_, Red.Add, Red.Mul, Red.Max, Red.Min)
@@ -66,26 +65,26 @@ def add_gathers(s: Suite) -> None:
         for hostile_ids in (False, True):
             ids = hostile(n, rows, as_i64) if hostile_ids else indices(RNG.integers(0, rows, n), as_i64)
             s.add(f"gather{rows}x{trailing}[{n}]tb{tb}{'i64' if as_i64 else 'f32'}{'!' if hostile_ids else ''}",
-                  T.Gather(table=s.slot(rows * trailing * tb), table_len=rows * trailing, idx=s.array(ids),
+                  T.Gather(table=s.slot(rows * trailing * tb), table_len=rows * trailing, idx=s.put(ids),
                            dst=s.slot(n * trailing * tb), num_idx=n, trailing=trailing, idx_i64=int(as_i64),
                            table_bytes=tb))
-    s.add("gather_partial_last_row", T.Gather(table=s.slot(4 * 23), table_len=23, idx=s.array(f32([0, 1, 2, 3, 4])),
+    s.add("gather_partial_last_row", T.Gather(table=s.slot(4 * 23), table_len=23, idx=s.put(f32([0, 1, 2, 3, 4])),
                                               dst=s.slot(4 * 25), num_idx=5, trailing=5, idx_i64=0, table_bytes=4))
     s.add("gather_misaligned_dst", T.Gather(table=s.slot(4 * 64 * 16), table_len=64 * 16,
-                                            idx=s.array(f32(RNG.integers(0, 64, 20))), dst=s.slot(4 * 20 * 16, 4),
+                                            idx=s.put(f32(RNG.integers(0, 64, 20))), dst=s.slot(4 * 20 * 16, 4),
                                             num_idx=20, trailing=16, idx_i64=0, table_bytes=4))
     s.add("gather_random_index_bytes", T.Gather(table=s.slot(4 * 60), table_len=60, idx=s.slot(8 * 30),
                                                 dst=s.slot(8 * 30 * 6), num_idx=30, trailing=6, idx_i64=1,
                                                 table_bytes=8))
     s.add("gather_large_streams", T.Gather(table=s.slot(4 * 2048 * 768), table_len=2048 * 768,
-                                           idx=s.array(f32(RNG.integers(-2, 2050, 2800))), dst=s.slot(4 * 2800 * 768),
+                                           idx=s.put(f32(RNG.integers(-2, 2050, 2800))), dst=s.slot(4 * 2800 * 768),
                                            num_idx=2800, trailing=768, idx_i64=0, table_bytes=4))
     for outer, axis_dim, n, trailing, tb, as_i64 in [(3, 5, 4, 2, 4, False), (2, 6, 7, 3, 8, True),
                                                      (4, 3, 10, 16, 4, True), (1, 9, 5, 1, 8, False)]:
         for hostile_ids in (False, True):
             ids = hostile(n, axis_dim, as_i64) if hostile_ids else indices(RNG.integers(0, axis_dim, n), as_i64)
             s.add(f"gather_axis{outer}x{axis_dim}x{trailing}[{n}]tb{tb}{'!' if hostile_ids else ''}",
-                  T.GatherAxis(table=s.slot(outer * axis_dim * trailing * tb), idx=s.array(ids),
+                  T.GatherAxis(table=s.slot(outer * axis_dim * trailing * tb), idx=s.put(ids),
                                dst=s.slot(outer * n * trailing * tb), outer=outer, axis_dim=axis_dim, num_idx=n,
                                trailing=trailing, idx_i64=int(as_i64), table_bytes=tb))
 
@@ -98,25 +97,25 @@ def gather_nd(s: Suite, data_shape, idx: np.ndarray, batch_dims: int = 0, data=N
     k = ishape[-1]
     out_len = int(np.prod(ishape[:-1], dtype=np.int64)) * int(np.prod(data_shape[batch_dims + k:], dtype=np.int64))
     n = int(np.prod(data_shape, dtype=np.int64))
-    src = s.slot(4 * n) if data is None else s.array(f32(data))
+    src = s.slot(4 * n) if data is None else s.put(f32(data))
     dst = s.slot(4 * out_len)
     name = name or f"gather_nd{data_shape}{ishape}b{batch_dims}{idx.dtype}"
-    s.add(name, T.GatherNd(data=src, indices=s.array(idx), dst=dst, data_shape=data_shape, indices_shape=ishape,
+    s.add(name, T.GatherNd(data=src, indices=s.put(idx), dst=dst, data_shape=data_shape, indices_shape=ishape,
                            data_len=n, indices_len=idx.size, out_len=out_len, indices_i64=int(idx.dtype == np.int64),
-                           batch_dims=batch_dims), None if expect is None else (dst, f32(expect)))
+                           batch_dims=batch_dims), expect=None if expect is None else (dst, f32(expect)))
 
 
 def gather_elements(s: Suite, data_shape, idx: np.ndarray, axis: int, eb: int = 4, data=None, expect=None,
                     name=None):
     """A GatherElements case."""
     n = int(np.prod(data_shape, dtype=np.int64))
-    src = s.slot(eb * n) if data is None else s.array(f32(data))
+    src = s.slot(eb * n) if data is None else s.put(f32(data))
     dst = s.slot(eb * idx.size)
     name = name or f"gather_elements{tuple(data_shape)}{idx.shape}ax{axis}x{eb}{idx.dtype}"
-    s.add(name, T.GatherElements(data=src, indices=s.array(idx), dst=dst, data_shape=tuple(data_shape),
+    s.add(name, T.GatherElements(data=src, indices=s.put(idx), dst=dst, data_shape=tuple(data_shape),
                                  indices_shape=idx.shape, data_len=n, indices_len=idx.size, out_len=idx.size,
                                  indices_i64=int(idx.dtype == np.int64), data_elem_bytes=eb, axis=axis),
-          None if expect is None else (dst, f32(expect)))
+          expect=None if expect is None else (dst, f32(expect)))
 
 
 def add_nd_and_elements(s: Suite) -> None:
@@ -142,7 +141,7 @@ def add_nd_and_elements(s: Suite) -> None:
             gather_elements(s, data_shape, indices(raw, as_i64).reshape(ishape), axis, eb,
                             name=f"gather_elements{data_shape}{ishape}ax{axis}x{eb}{'!' if bad else ''}")
     s.add("gather_elements_axis_dim_0", T.GatherElements(
-        data=s.slot(4), indices=s.array(f32([0, 1])), dst=s.slot(8), data_shape=(0, 2), indices_shape=(1, 2),
+        data=s.slot(4), indices=s.put(f32([0, 1])), dst=s.slot(8), data_shape=(0, 2), indices_shape=(1, 2),
         data_len=0, indices_len=2, out_len=2, indices_i64=0, data_elem_bytes=4, axis=0))
 
 
@@ -153,12 +152,12 @@ def add_scatter_adds(s: Suite) -> None:
                                       (5, 16, 0, False), (4, 32, 64, True)]:
         ids = hostile(n, out_dim, False) if bad else f32(RNG.integers(0, out_dim, n))
         s.add(f"scatter_add{out_dim}x{trailing}[{n}]{'!' if bad else ''}",
-              T.ScatterAdd(updates=s.array(floats(n * trailing, nan=bad)), indices=s.array(ids),
+              T.ScatterAdd(updates=s.put(floats(n * trailing, nan=bad)), indices=s.put(ids),
                            dst=s.slot(4 * out_dim * trailing), num_updates=n, out_dim=out_dim, trailing=trailing),
-              bitwise=False)
-    s.add("scatter_add_random_index_bytes", T.ScatterAdd(updates=s.array(floats(20 * 4)), indices=s.slot(4 * 20),
+              dtype=np.float32, zero_sign=False)
+    s.add("scatter_add_random_index_bytes", T.ScatterAdd(updates=s.put(floats(20 * 4)), indices=s.slot(4 * 20),
                                                          dst=s.slot(4 * 7 * 4), num_updates=20, out_dim=7, trailing=4),
-          bitwise=False)
+          dtype=np.float32, zero_sign=False)
 
 
 def scatter_nd(s: Suite, data, idx: np.ndarray, updates, reduction: Red, name: str, expect=None, in_place=False,
@@ -166,12 +165,12 @@ def scatter_nd(s: Suite, data, idx: np.ndarray, updates, reduction: Red, name: s
     """A ScatterNd case over f32 `data` (an array, or a shape for random floats)."""
     data = f32(data) if not isinstance(data, tuple) else floats(int(np.prod(data)), nan).reshape(data)
     updates = f32(updates) if not isinstance(updates, tuple) else floats(int(np.prod(updates)), nan).reshape(updates)
-    src = s.array(data)
+    src = s.put(data)
     dst = src if in_place else s.slot(data.nbytes)
-    s.add(name, T.ScatterNd(data=src, indices=s.array(idx), updates=s.array(updates), dst=dst, data_shape=data.shape,
+    s.add(name, T.ScatterNd(data=src, indices=s.put(idx), updates=s.put(updates), dst=dst, data_shape=data.shape,
                             indices_shape=idx.shape, data_len=data.size, updates_len=updates.size,
                             indices_len=idx.size, indices_i64=int(idx.dtype == np.int64), reduction=reduction),
-          None if expect is None else (dst, f32(expect)), bitwise=False)
+          expect=None if expect is None else (dst, f32(expect)), dtype=np.float32, zero_sign=False)
 
 
 def scatter_elements(s: Suite, data, idx: np.ndarray, updates, axis: int, reduction: Red, name: str, expect=None,
@@ -179,13 +178,13 @@ def scatter_elements(s: Suite, data, idx: np.ndarray, updates, axis: int, reduct
     """A ScatterElements case over f32 `data` (an array, or a shape for random floats)."""
     data = f32(data) if not isinstance(data, tuple) else floats(int(np.prod(data)), nan).reshape(data)
     updates = f32(updates) if updates is not None else floats(idx.size, nan).reshape(idx.shape)
-    src = s.array(data)
+    src = s.put(data)
     dst = src if in_place else s.slot(data.nbytes)
-    s.add(name, T.ScatterElements(data=src, indices=s.array(idx), updates=s.array(updates), dst=dst,
+    s.add(name, T.ScatterElements(data=src, indices=s.put(idx), updates=s.put(updates), dst=dst,
                                   data_shape=data.shape, indices_shape=idx.shape, data_len=data.size,
                                   updates_len=updates.size, indices_len=idx.size,
                                   indices_i64=int(idx.dtype == np.int64), axis=axis, reduction=reduction),
-          None if expect is None else (dst, f32(expect)), bitwise=False)
+          expect=None if expect is None else (dst, f32(expect)), dtype=np.float32, zero_sign=False)
 
 
 def add_scatters(s: Suite) -> None:
@@ -210,13 +209,13 @@ def add_scatters(s: Suite) -> None:
     scatter_nd(s, (4, 3), i64(np.zeros((0, 1))), (0, 3), Red.Add, "scatter_nd_no_updates")
     scatter_elements(s, (3, 4), i64(np.zeros((3, 0))), None, 1, Red.Mul, "scatter_elements_no_updates")
     s.add("scatter_nd_random_index_bytes", T.ScatterNd(
-        data=s.array(floats(12)), indices=s.slot(8 * 6), updates=s.array(floats(6 * 2)), dst=s.slot(4 * 12),
+        data=s.put(floats(12)), indices=s.slot(8 * 6), updates=s.put(floats(6 * 2)), dst=s.slot(4 * 12),
         data_shape=(3, 2, 2), indices_shape=(6, 2), data_len=12, updates_len=12, indices_len=12, indices_i64=1,
-        reduction=Red.Add), bitwise=False)
+        reduction=Red.Add), dtype=np.float32, zero_sign=False)
     s.add("scatter_elements_random_index_bytes", T.ScatterElements(
-        data=s.array(floats(20)), indices=s.slot(4 * 8), updates=s.array(floats(8)), dst=s.slot(4 * 20),
+        data=s.put(floats(20)), indices=s.slot(4 * 8), updates=s.put(floats(8)), dst=s.slot(4 * 20),
         data_shape=(4, 5), indices_shape=(2, 4), data_len=20, updates_len=8, indices_len=8, indices_i64=0, axis=1,
-        reduction=Red.Max), bitwise=False)
+        reduction=Red.Max), dtype=np.float32, zero_sign=False)
 
 
 # ── ONNX spec cases (expected outputs written by hand from the operator docs' examples) ──
@@ -231,22 +230,22 @@ SCATTER_UPD_244 = [[[5, 5, 5, 5], [6, 6, 6, 6], [7, 7, 7, 7], [8, 8, 8, 8]],
 
 def add_onnx_gathers(s: Suite) -> None:
     # Gather, example 1 (axis = 0): indices [[0, 1], [1, 2]] into a 3×2 table.
-    table = s.array(f32([[1.0, 1.2], [2.3, 3.4], [4.5, 5.7]]))
+    table = s.put(f32([[1.0, 1.2], [2.3, 3.4], [4.5, 5.7]]))
     dst = s.slot(4 * 8)
-    s.add("onnx_gather_axis0", T.Gather(table=table, table_len=6, idx=s.array(i64([[0, 1], [1, 2]])), dst=dst,
+    s.add("onnx_gather_axis0", T.Gather(table=table, table_len=6, idx=s.put(i64([[0, 1], [1, 2]])), dst=dst,
                                         num_idx=4, trailing=2, idx_i64=1, table_bytes=4),
-          (dst, f32([[[1.0, 1.2], [2.3, 3.4]], [[2.3, 3.4], [4.5, 5.7]]])))
+          expect=(dst, f32([[[1.0, 1.2], [2.3, 3.4]], [[2.3, 3.4], [4.5, 5.7]]])))
     # Gather, example 2 (axis = 1): indices [[0, 2]] into a 3×3 table → GatherAxis.
-    table = s.array(f32([[1.0, 1.2, 1.9], [2.3, 3.4, 3.9], [4.5, 5.7, 5.9]]))
+    table = s.put(f32([[1.0, 1.2, 1.9], [2.3, 3.4, 3.9], [4.5, 5.7, 5.9]]))
     dst = s.slot(4 * 6)
-    s.add("onnx_gather_axis1", T.GatherAxis(table=table, idx=s.array(i64([0, 2])), dst=dst, outer=3, axis_dim=3,
+    s.add("onnx_gather_axis1", T.GatherAxis(table=table, idx=s.put(i64([0, 2])), dst=dst, outer=3, axis_dim=3,
                                             num_idx=2, trailing=1, idx_i64=1, table_bytes=4),
-          (dst, f32([[[1.0, 1.9]], [[2.3, 3.9]], [[4.5, 5.9]]])))
+          expect=(dst, f32([[[1.0, 1.9]], [[2.3, 3.9]], [[4.5, 5.9]]])))
     # gather_negative_indices: ONNX gives [0, 1, 0]; RLX clamps negative ids to row 0 (semantics.md §3.5).
     dst = s.slot(4 * 3)
     s.add("onnx_gather_negative_indices_rlx_rule", T.Gather(
-        table=s.array(f32(np.arange(10))), table_len=10, idx=s.array(i64([0, -9, -10])), dst=dst, num_idx=3,
-        trailing=1, idx_i64=1, table_bytes=4), (dst, f32([0, 0, 0])))
+        table=s.put(f32(np.arange(10))), table_len=10, idx=s.put(i64([0, -9, -10])), dst=dst, num_idx=3,
+        trailing=1, idx_i64=1, table_bytes=4), expect=(dst, f32([0, 0, 0])))
     # GatherND examples 1–5.
     d22, d222 = [[0, 1], [2, 3]], [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
     gather_nd(s, (2, 2), i64([[0, 0], [1, 1]]), data=d22, expect=[0, 3], name="onnx_gather_nd_ex1")
@@ -299,7 +298,7 @@ def add_onnx_scatters(s: Suite) -> None:
 
 
 def build_suite() -> Suite:
-    s = Suite()
+    s = Suite(5)
     for add in (add_gathers, add_nd_and_elements, add_scatter_adds, add_scatters, add_onnx_gathers,
                 add_onnx_scatters):
         add(s)
@@ -307,42 +306,31 @@ def build_suite() -> Suite:
 
 
 SUITE = build_suite()
-STREAMED = streamed_subset(SUITE, {"Gather", "GatherAxis"})
+STREAMED = SUITE.subset(lambda c: type(c.thunk).__name__ in {"Gather", "GatherAxis"})
 SPEC = [c.name for c in SUITE.cases if c.expect is not None]
 
-
-@pytest.fixture(scope="module")
-def plain() -> Outcome:
-    """The whole suite compiled once and run against the reference."""
-    with pytest.MonkeyPatch.context() as mp:
-        return run_suite(SUITE, False, mp)
+(outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
 @pytest.fixture(scope="module")
 def streamed() -> Outcome:
     """The gathers again, with every output streamed (non-temporal stores, row prefetch)."""
-    with pytest.MonkeyPatch.context() as mp:
-        return run_suite(STREAMED, True, mp)
-
-
-@pytest.mark.parametrize("name", SUITE.names)
-def test_matches_reference(plain, name):
-    assert_matches_reference(plain, name)
+    return STREAMED.run(streaming_forced())
 
 
 @pytest.mark.parametrize("name", STREAMED.names)
-def test_streamed_matches_reference(streamed, name):
-    assert_matches_reference(streamed, name)
+def test_streamed_matches_reference(streamed: Outcome, name: str) -> None:
+    streamed.check(name)
 
 
-def test_no_index_writes_outside_the_outputs(plain, streamed):
-    assert_outputs_only(plain)
-    assert_outputs_only(streamed)
+def test_streamed_changes_nothing_outside_the_outputs(streamed: Outcome) -> None:
+    streamed.check_untouched()
 
 
 @pytest.mark.parametrize("name", SPEC)
-def test_onnx_spec_example(plain, name):
-    assert_spec(plain, name, rtol=1e-6)
+def test_onnx_spec_example(outcome: Outcome, name: str) -> None:
+    outcome.check_spec(name, rtol=1e-6)
 
 
 def test_every_indexing_kind_is_lowered_and_attacked():
@@ -354,11 +342,11 @@ def test_every_indexing_kind_is_lowered_and_attacked():
     assert attacked == kinds
 
 
-def test_scatter_add_duplicates_accumulate_in_order(plain):
+def test_scatter_add_duplicates_accumulate_in_order(outcome: Outcome):
     case = next(c for c in SUITE.cases if c.name == "scatter_add6x5[30]")
-    out = plain.got[case.thunk.dst:case.thunk.dst + 4 * 30].view(np.float32).reshape(6, 5)
-    ids = plain.before[case.thunk.indices:case.thunk.indices + 4 * 30].view(np.float32).astype(int)
-    upd = plain.before[case.thunk.updates:case.thunk.updates + 4 * 150].view(np.float32).reshape(30, 5)
+    out = outcome.got[case.thunk.dst:case.thunk.dst + 4 * 30].view(np.float32).reshape(6, 5)
+    ids = outcome.before[case.thunk.indices:case.thunk.indices + 4 * 30].view(np.float32).astype(int)
+    upd = outcome.before[case.thunk.updates:case.thunk.updates + 4 * 150].view(np.float32).reshape(30, 5)
     want = np.zeros((6, 5), np.float32)
     for i, r in enumerate(ids):
         want[r] += upd[i]
@@ -427,9 +415,7 @@ BAD = {
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_bad_thunk_is_a_validation_error(name):
     thunk, fld = BAD[name]
-    with pytest.raises(ValidationError) as exc:
-        rl.compile(rl.ThunkSchedule([thunk], arena_bytes=4096), cache=False)
-    assert exc.value.field == fld and exc.value.index == 0
+    assert expect_invalid(thunk, 4096, fld).index == 0
 
 
 def test_updates_may_not_alias_the_output():

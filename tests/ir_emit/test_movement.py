@@ -9,133 +9,14 @@ output may change.  ONNX cases compare with outputs written by hand from the spe
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
 import rlx_llvm as rl
-import rlx_llvm.ir_emit.indexing as ir_indexing
 import rlx_llvm.ir_emit.movement as ir_movement
-import rlx_llvm.reference.indexing  # noqa: F401  (registers the references)
-import rlx_llvm.reference.movement  # noqa: F401
-from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
-from rlx_llvm.errors import ValidationError
-
-SEED = 5
-
-
-# ── the harness (shared with test_indexing) ─────────────────────────────────
-
-@dataclass
-class Case:
-    """One thunk, the meaningful bytes it needs in the arena, and optionally a hand-written output."""
-
-    name: str
-    thunk: object
-    expect: "tuple[int, np.ndarray] | None" = None
-    bitwise: bool = True  # False: compare as f32 values (NaNs equal; payloads may differ)
-
-
-@dataclass
-class Suite:
-    """Lays cases out in one arena: disjoint slots with ≥ 64 sentinel bytes between them."""
-
-    end: int = 64
-    cases: list[Case] = field(default_factory=list)
-    inits: list[tuple[int, bytes]] = field(default_factory=list)
-
-    def slot(self, nbytes: int, skew: int = 0) -> int:
-        """A fresh slot of `nbytes`, starting `skew` bytes past a 64-byte boundary."""
-        off = self.end + skew
-        self.end = (off + nbytes + 63) // 64 * 64 + 64
-        return off
-
-    def array(self, values: np.ndarray, skew: int = 0) -> int:
-        """A slot holding `values` (written before the run)."""
-        data = np.ascontiguousarray(values)
-        off = self.slot(data.nbytes, skew)
-        self.inits.append((off, data.tobytes()))
-        return off
-
-    def add(self, name: str, thunk, expect: "tuple[int, np.ndarray] | None" = None, bitwise: bool = True) -> None:
-        """Register a case (names must be unique)."""
-        assert name not in {c.name for c in self.cases}, name
-        self.cases.append(Case(name, thunk, expect, bitwise))
-
-    @property
-    def names(self) -> list[str]:
-        return [c.name for c in self.cases]
-
-
-@dataclass
-class Outcome:
-    """The arena before, after the compiled run, and after the reference run."""
-
-    before: np.ndarray
-    got: np.ndarray
-    want: np.ndarray
-    suite: Suite
-
-
-def run_suite(suite: Suite, stream_all: bool, monkeypatch_ctx) -> Outcome:
-    """Compile every case into one program (optionally streaming everything), run it and the reference."""
-    nbytes = suite.end + 64
-    sched = rl.ThunkSchedule([c.thunk for c in suite.cases], arena_bytes=nbytes)
-    if stream_all:
-        monkeypatch_ctx.setattr(ir_movement, "STREAM_BYTES", 0)
-        monkeypatch_ctx.setattr(ir_indexing, "STREAM_BYTES", 0)
-    prog = rl.compile(sched, cache=False)
-    arena = rl.Arena(nbytes)
-    arena.bytes[:] = np.random.default_rng(SEED).integers(0, 256, nbytes, dtype=np.uint8)
-    for off, data in suite.inits:
-        arena.bytes[off:off + len(data)] = np.frombuffer(data, np.uint8)
-    before = arena.bytes.copy()
-    want = before.copy()
-    prog.run(arena)
-    ref.run(sched, want)
-    return Outcome(before, arena.bytes.copy(), want, suite)
-
-
-def case_of(outcome: Outcome, name: str) -> Case:
-    return next(c for c in outcome.suite.cases if c.name == name)
-
-
-def assert_matches_reference(outcome: Outcome, name: str) -> None:
-    """The case's declared output bytes equal the reference's, byte for byte."""
-    case = case_of(outcome, name)
-    for ext in case.thunk.writes():
-        got = outcome.got[ext.offset:ext.end]
-        want = outcome.want[ext.offset:ext.end]
-        if not case.bitwise:
-            np.testing.assert_array_equal(got.view(np.float32), want.view(np.float32), err_msg=name)
-            continue
-        bad = np.flatnonzero(got != want)
-        assert bad.size == 0, f"{name}: {bad.size} bytes differ in {ext.field}, first at +{bad[0]}"
-
-
-def assert_outputs_only(outcome: Outcome) -> None:
-    """No byte outside every case's declared outputs changed (the sentinel check)."""
-    keep = np.ones(outcome.got.size, dtype=bool)
-    for case in outcome.suite.cases:
-        for ext in case.thunk.writes():
-            keep[ext.offset:ext.end] = False
-    changed = np.flatnonzero((outcome.got != outcome.before) & keep)
-    assert changed.size == 0, f"bytes outside the outputs changed, first at {changed[:8]}"
-    changed = np.flatnonzero((outcome.want != outcome.before) & keep)
-    assert changed.size == 0, f"the reference wrote outside the outputs, first at {changed[:8]}"
-
-
-def assert_spec(outcome: Outcome, name: str, rtol: float = 0.0) -> None:
-    """The compiled output equals the output written by hand from the ONNX spec example."""
-    off, expect = case_of(outcome, name).expect
-    got = outcome.got[off:off + expect.nbytes].view(expect.dtype).reshape(expect.shape)
-    if rtol:
-        np.testing.assert_allclose(got, expect, rtol=rtol)
-    else:
-        np.testing.assert_array_equal(got, expect)
-
+from tests.harness import Outcome, Suite, expect_invalid, streaming_forced, suite_tests
 
 def row_major(shape) -> tuple[int, ...]:
     """Row-major element strides."""
@@ -287,48 +168,48 @@ def add_onnx_cases(s: Suite) -> None:
     x = f32(np.arange(6).reshape(2, 3))
     out, st = permuted((2, 3), (1, 0))
     dst = s.slot(24)
-    s.add("onnx_transpose_default", T.Transpose(src=s.array(x), dst=dst, in_total=6, out_dims=out, in_strides=st,
-                                                elem_bytes=4), (dst, f32([[0, 3], [1, 4], [2, 5]])))
+    s.add("onnx_transpose_default", T.Transpose(src=s.put(x), dst=dst, in_total=6, out_dims=out, in_strides=st,
+                                                elem_bytes=4), expect=(dst, f32([[0, 3], [1, 4], [2, 5]])))
     x = f32(np.arange(12).reshape(2, 3, 2))
     out, st = permuted((2, 3, 2), (1, 0, 2))
     dst = s.slot(48)
-    s.add("onnx_transpose_perm_102", T.Transpose(src=s.array(x), dst=dst, in_total=12, out_dims=out, in_strides=st,
+    s.add("onnx_transpose_perm_102", T.Transpose(src=s.put(x), dst=dst, in_total=12, out_dims=out, in_strides=st,
                                                  elem_bytes=4),
-          (dst, f32([[[0, 1], [6, 7]], [[2, 3], [8, 9]], [[4, 5], [10, 11]]])))
+          expect=(dst, f32([[[0, 1], [6, 7]], [[2, 3], [8, 9]], [[4, 5], [10, 11]]])))
     # Concat: concat_1d_axis_0, concat_2d_axis_0, concat_2d_axis_1 and a 3-D axis-1 case.
-    a, b = s.array(f32([1, 2])), s.array(f32([3, 4]))
+    a, b = s.put(f32([1, 2])), s.put(f32([3, 4]))
     dst = s.slot(16)
     s.add("onnx_concat_1d_axis_0", T.Concat(dst=dst, outer=1, inner=1, total_axis=4, inputs=((a, 2, 2), (b, 2, 2))),
-          (dst, f32([1, 2, 3, 4])))
-    a, b = s.array(f32([[1, 2], [3, 4]])), s.array(f32([[5, 6], [7, 8]]))
+          expect=(dst, f32([1, 2, 3, 4])))
+    a, b = s.put(f32([[1, 2], [3, 4]])), s.put(f32([[5, 6], [7, 8]]))
     dst = s.slot(32)
     s.add("onnx_concat_2d_axis_0", T.Concat(dst=dst, outer=1, inner=2, total_axis=4, inputs=((a, 2, 4), (b, 2, 4))),
-          (dst, f32([[1, 2], [3, 4], [5, 6], [7, 8]])))
+          expect=(dst, f32([[1, 2], [3, 4], [5, 6], [7, 8]])))
     dst = s.slot(32)
     s.add("onnx_concat_2d_axis_1", T.Concat(dst=dst, outer=2, inner=1, total_axis=4, inputs=((a, 2, 4), (b, 2, 4))),
-          (dst, f32([[1, 2, 5, 6], [3, 4, 7, 8]])))
-    a = s.array(f32([[[1, 2], [3, 4]], [[5, 6], [7, 8]]]))
-    b = s.array(f32([[[9, 10], [11, 12]], [[13, 14], [15, 16]]]))
+          expect=(dst, f32([[1, 2, 5, 6], [3, 4, 7, 8]])))
+    a = s.put(f32([[[1, 2], [3, 4]], [[5, 6], [7, 8]]]))
+    b = s.put(f32([[[9, 10], [11, 12]], [[13, 14], [15, 16]]]))
     dst = s.slot(64)
     s.add("onnx_concat_3d_axis_1", T.Concat(dst=dst, outer=2, inner=2, total_axis=4, inputs=((a, 2, 8), (b, 2, 8))),
-          (dst, f32([[[1, 2], [3, 4], [9, 10], [11, 12]], [[5, 6], [7, 8], [13, 14], [15, 16]]])))
+          expect=(dst, f32([[[1, 2], [3, 4], [9, 10], [11, 12]], [[5, 6], [7, 8], [13, 14], [15, 16]]])))
     # Resize nearest: resize_upsample_scales_nearest (scales 2, 3) and resize_downsample_scales_nearest (0.6).
-    x = s.array(f32([[1, 2], [3, 4]]))
+    x = s.put(f32([[1, 2], [3, 4]]))
     dst = s.slot(4 * 24)
     s.add("onnx_resize_upsample_nearest", T.Interpolate3d(src=x, dst=dst, n=1, c=1, d_in=1, h_in=2, w_in=2, d_out=1,
                                                           h_out=4, w_out=6),
-          (dst, f32([[1, 1, 1, 2, 2, 2], [1, 1, 1, 2, 2, 2], [3, 3, 3, 4, 4, 4], [3, 3, 3, 4, 4, 4]])))
+          expect=(dst, f32([[1, 1, 1, 2, 2, 2], [1, 1, 1, 2, 2, 2], [3, 3, 3, 4, 4, 4], [3, 3, 3, 4, 4, 4]])))
     dst = s.slot(4 * 16)
     s.add("onnx_resize_upsample_nearest_2x", T.ResizeNearest2x(src=x, dst=dst, n=1, c=1, h=2, w=2),
-          (dst, f32([[1, 1, 2, 2], [1, 1, 2, 2], [3, 3, 4, 4], [3, 3, 4, 4]])))
-    x = s.array(f32([[1, 2, 3, 4], [5, 6, 7, 8]]))
+          expect=(dst, f32([[1, 1, 2, 2], [1, 1, 2, 2], [3, 3, 4, 4], [3, 3, 4, 4]])))
+    x = s.put(f32([[1, 2, 3, 4], [5, 6, 7, 8]]))
     dst = s.slot(8)
     s.add("onnx_resize_downsample_nearest", T.Interpolate3d(src=x, dst=dst, n=1, c=1, d_in=1, h_in=2, w_in=4,
-                                                            d_out=1, h_out=1, w_out=2), (dst, f32([[1, 3]])))
+                                                            d_out=1, h_out=1, w_out=2), expect=(dst, f32([[1, 3]])))
 
 
 def build_suite() -> Suite:
-    s = Suite()
+    s = Suite(5)
     for add in (add_transposes, add_reverses, add_narrows, add_concats, add_kv_appends, add_resamples, add_im2cols,
                 add_onnx_cases):
         add(s)
@@ -339,50 +220,32 @@ SUITE = build_suite()
 SPEC = [c.name for c in SUITE.cases if c.expect is not None]
 
 
-# Kinds whose kernels have a streaming (non-temporal, prefetching) path.
+# Kinds whose kernels have a streaming (non-temporal, prefetching) path: compiled again with streaming forced.
 STREAMING_KINDS = {"Transpose", "TransposeF64", "Reverse", "Narrow", "Concat", "ConcatF64", "ResizeNearest2x"}
+STREAMED = SUITE.subset(lambda c: type(c.thunk).__name__ in STREAMING_KINDS)
 
-
-def streamed_subset(suite: Suite, kinds: set[str]) -> Suite:
-    """The cases of `kinds`, in the same arena layout."""
-    return Suite(suite.end, [c for c in suite.cases if type(c.thunk).__name__ in kinds], suite.inits)
-
-
-STREAMED = streamed_subset(SUITE, STREAMING_KINDS)
-
-
-@pytest.fixture(scope="module")
-def plain() -> Outcome:
-    """The whole suite compiled once and run against the reference."""
-    with pytest.MonkeyPatch.context() as mp:
-        return run_suite(SUITE, False, mp)
+(outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
 @pytest.fixture(scope="module")
 def streamed() -> Outcome:
     """The cases with a streaming path, compiled with the streaming threshold at 0."""
-    with pytest.MonkeyPatch.context() as mp:
-        return run_suite(STREAMED, True, mp)
-
-
-@pytest.mark.parametrize("name", SUITE.names)
-def test_matches_reference(plain, name):
-    assert_matches_reference(plain, name)
+    return STREAMED.run(streaming_forced())
 
 
 @pytest.mark.parametrize("name", STREAMED.names)
-def test_streamed_matches_reference(streamed, name):
-    assert_matches_reference(streamed, name)
+def test_streamed_matches_reference(streamed: Outcome, name: str) -> None:
+    streamed.check(name)
 
 
-def test_nothing_outside_the_outputs_changes(plain, streamed):
-    assert_outputs_only(plain)
-    assert_outputs_only(streamed)
+def test_streamed_changes_nothing_outside_the_outputs(streamed: Outcome) -> None:
+    streamed.check_untouched()
 
 
 @pytest.mark.parametrize("name", SPEC)
-def test_onnx_spec_example(plain, name):
-    assert_spec(plain, name)
+def test_onnx_spec_example(outcome: Outcome, name: str) -> None:
+    outcome.check_spec(name)
 
 
 def test_every_movement_kind_is_lowered():
@@ -436,6 +299,4 @@ BAD = {
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_bad_thunk_is_a_validation_error(name):
     thunk, fld = BAD[name]
-    with pytest.raises(ValidationError) as exc:
-        rl.compile(rl.ThunkSchedule([thunk], arena_bytes=4096), cache=False)
-    assert exc.value.field == fld and exc.value.index == 0
+    assert expect_invalid(thunk, 4096, fld).index == 0
