@@ -57,14 +57,17 @@ def batch_norm_case(count: int, channels: int, eps: float = 1e-3) -> OnnxCase:
                     (count, channels), attrs=dict(epsilon=eps), **TOL)
 
 
-def softmax_case(outer: int, cols: int, inner: int) -> OnnxCase:
-    """Softmax (in place, on a copy) over the middle axis of `[outer, cols, inner]` ↔ Softmax(axis=1)."""
+def softmax_case(outer: int, cols: int, inner: int, masked: bool = False) -> OnnxCase:
+    """Softmax (in place, on a copy) over the middle axis of `[outer, cols, inner]` ↔ Softmax(axis=1);
+    `masked` sets every third element to −inf (an attention-mask pattern)."""
     x = floats((outer, cols, inner), 41, outer, cols, inner) * np.float32(4)
+    if masked:
+        x.reshape(-1)[::3] = -np.inf
 
     def build(src: int, dst: int) -> list[T.Thunk]:
         return [T.Copy(src=src, dst=dst, len=x.size), T.Softmax(data=dst, rows=outer * inner, cols=cols, inner=inner)]
 
-    return OnnxCase(f"Softmax-{outer}x{cols}x{inner}", "Softmax", (x,), build, x.shape, attrs=dict(axis=1),
+    return OnnxCase(f"Softmax-{outer}x{cols}x{inner}{'-masked' * masked}", "Softmax", (x,), build, x.shape, attrs=dict(axis=1),
                     rtol=1e-5, atol=1e-7)
 
 
@@ -86,6 +89,7 @@ CASES = [
     softmax_case(1, 1, 4),
     softmax_case(4, 13, 2),
     softmax_case(2, 100, 1),
+    softmax_case(3, 37, 2, masked=True),
 ]
 
 test_norms_and_softmax_match_onnx = oracle_test(CASES)
