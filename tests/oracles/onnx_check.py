@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Callable, Sequence
 
+import ml_dtypes
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -34,7 +35,7 @@ class OnnxCase:
     ONNX output number `output` is compared with the `out_shape`/`out_dtype` result (ONNX results are
     cast with `astype` first, e.g. int64 indices → RLX's f32 indices); both tolerances 0 = bit-exact.
     `expect`, when given, replaces the one-node ONNX result (a relation built from ONNX results, for
-    a documented difference by design). `xfail` maps an engine to the reason it is known to disagree.
+    a documented difference by design).
     """
 
     id: str
@@ -49,7 +50,6 @@ class OnnxCase:
     rtol: float = 0.0
     atol: float = 0.0
     expect: "Callable[[], np.ndarray] | None" = None
-    xfail: dict[str, str] = field(default_factory=dict)
 
 
 def onnx_run(op: str, inputs: Sequence[np.ndarray], attrs: "dict | None" = None, outputs: int = 1) -> list[np.ndarray]:
@@ -130,7 +130,7 @@ def assert_matches(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) 
         return
     bits = np.dtype(f"u{got.dtype.itemsize}") if got.dtype.itemsize in (1, 2, 4, 8) else got.dtype
     same = got.view(bits) == want.view(bits)
-    if got.dtype.kind == "f":
+    if got.dtype.kind == "f" or got.dtype == ml_dtypes.bfloat16:
         same |= np.isnan(got.astype(np.float64)) & np.isnan(want.astype(np.float64))
     bad = np.flatnonzero(~same)
     assert bad.size == 0, f"{bad.size} of {got.size} differ, first at {bad[:5]}: got {got.flat[bad[:5]]}, " \
@@ -142,10 +142,7 @@ def oracle_test(cases: Sequence[OnnxCase]) -> Callable:
     ids = [c.id for c in cases]
     assert len(set(ids)) == len(ids), "case ids must be unique"
     results = cache(lambda: run_cases(cases))
-    params = [pytest.param(case, engine, id=f"{case.id}-{engine}",
-                           marks=[pytest.mark.xfail(strict=True, reason=case.xfail[engine])]
-                           if engine in case.xfail else [])
-              for case in cases for engine in ENGINES]
+    params = [pytest.param(case, engine, id=f"{case.id}-{engine}") for case in cases for engine in ENGINES]
 
     @pytest.mark.parametrize("case, engine", params)
     def test(case: OnnxCase, engine: str) -> None:

@@ -89,10 +89,21 @@ def gather_nd_case(shape: tuple[int, ...], idx_values: np.ndarray, batch_dims: i
                     attrs=dict(batch_dims=batch_dims), extra=(stored,))
 
 
+def with_non_finite(data: np.ndarray, reduction: Red) -> np.ndarray:
+    """`data` with NaN and ±inf sprinkled in (the copy keeps them, as ONNX does), except for Max/Min,
+    which ignore NaN in RLX (semantics.md §2.13) but propagate it in onnx.reference."""
+    if reduction in (Red.Max, Red.Min):
+        return data
+    out = data.copy()
+    every_fourth = out.reshape(-1)[1::4]
+    every_fourth[:] = np.resize(np.float32([np.nan, np.inf, -np.inf]), every_fourth.size)
+    return out
+
+
 def scatter_elements_case(shape: tuple[int, ...], idx_values: np.ndarray, axis: int, reduction: Red,
                           as_f32: bool = False) -> OnnxCase:
     """ScatterElements ↔ ONNX ScatterElements (updates applied in order)."""
-    data = floats(shape, 14, *shape)
+    data = with_non_finite(floats(shape, 14, *shape), reduction)
     idx, stored = indices(idx_values, as_f32)
     updates = floats(idx.shape, 15, *idx.shape)
 
@@ -108,7 +119,7 @@ def scatter_elements_case(shape: tuple[int, ...], idx_values: np.ndarray, axis: 
 
 def scatter_nd_case(shape: tuple[int, ...], idx_values: np.ndarray, reduction: Red, as_f32: bool = False) -> OnnxCase:
     """ScatterNd ↔ ONNX ScatterND (updates applied in order)."""
-    data = floats(shape, 16, *shape)
+    data = with_non_finite(floats(shape, 16, *shape), reduction)
     idx, stored = indices(idx_values, as_f32)
     updates = floats((*idx.shape[:-1], *shape[idx.shape[-1]:]), 17, *idx.shape)
 
