@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 from dataclasses import dataclass
 from typing import Callable, ContextManager, Iterator
 
@@ -32,6 +33,7 @@ from rlx_llvm.reference.halves import f32_to_bf16_bits, f32_to_f16_bits
 
 ALIGN = 64   # every slot starts on a cache line (plus an optional skew)
 GUARD = 64   # random bytes between slots: a stray write or read past a slot shows
+NAN_FILL = 0xFF  # a `fill` that is a NaN in every float width (f16, bf16, f32, f64)
 
 Output = tuple[int, np.dtype, int]   # (byte offset, dtype, element count)
 
@@ -97,6 +99,33 @@ def f64_values(n: int, seed: int) -> np.ndarray:
         k = min(n, F64_SPECIALS.size)
         x[rng.choice(n, k, replace=False)] = F64_SPECIALS[:k]
     return x
+
+
+# ── single references ───────────────────────────────────────────────────────
+
+def run_reference(thunk, nbytes: int, inputs: dict) -> np.ndarray:
+    """The arena after running `thunk`'s reference on `nbytes` zeros holding `inputs` (offset → array)."""
+    ref.load_all()
+    arena = np.zeros(nbytes, np.uint8)
+    for off, v in inputs.items():
+        arena[off:off + v.nbytes] = v.reshape(-1).view(np.uint8)
+    ref.REFERENCES[type(thunk).__name__](arena, thunk)
+    return arena
+
+
+def f32_at(arena: np.ndarray, offset: int, *shape: int) -> np.ndarray:
+    """The f32 array of `shape` at byte `offset` of `arena` (a view)."""
+    return arena[offset:offset + 4 * math.prod(shape)].view(np.float32).reshape(shape)
+
+
+def forward_matrix(forward: Callable[[np.ndarray, int], np.ndarray], n_in: int, n_out: int) -> np.ndarray:
+    """`[n_in, n_out]`: row i is `forward(e_i, n_out)` for the i-th f32 basis vector (a linear map's matrix)."""
+    rows = []
+    for i in range(n_in):
+        e = np.zeros(n_in, np.float32)
+        e[i] = 1.0
+        rows.append(forward(e, n_out).astype(np.float64))
+    return np.array(rows)
 
 
 # ── threads ─────────────────────────────────────────────────────────────────
@@ -350,10 +379,16 @@ class Outcome:
             changed = np.flatnonzero((after != self.before) & keep)
             assert changed.size == 0, f"{who} changed bytes outside the outputs, first at {changed[:8]}"
 
-    def check_thread_independent(self) -> None:
-        """One thread and two give byte-identical arenas."""
+    def check_thread_independent(self, names: "list[str] | None" = None) -> None:
+        """One thread and two give byte-identical arenas (or, given `names`, identical outputs of those cases)."""
         one, two = (run_on_copy(self.program, self.before, n) for n in (1, 2))
-        diff = np.flatnonzero(one != two)
+        differ = one != two
+        if names is not None:
+            mask = np.zeros_like(differ)
+            for off, dtype, count in (o for name in names for o in self.case(name).outputs):
+                mask[off:off + count * dtype.itemsize] = True
+            differ &= mask
+        diff = np.flatnonzero(differ)
         assert diff.size == 0, f"results depend on the thread count, first byte {diff[:8]}"
 
 

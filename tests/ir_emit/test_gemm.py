@@ -24,9 +24,9 @@ from rlx_llvm.errors import ExecutionError, ValidationError
 from rlx_llvm.ir_emit.gemm import GEMM_MODE_ENV
 from rlx_llvm.kernels.blas import Status
 from rlx_llvm.ops import Activation
-from rlx_llvm.reference.halves import f32_to_bf16_bits, f32_to_f16_bits
+from tests.harness import NAN_FILL as SENTINEL  # every output byte starts as a NaN
+from tests.harness import Outcome, Suite
 
-SENTINEL = 0xFF  # every output byte starts as 0xFF (a NaN in f32/f64/f16)
 
 # (m, k, n): 1×1, skinny, k = 1, n = 1, wide, odd, and a size past OpenBLAS's small-matrix path
 SHAPES = [(1, 1, 1), (1, 17, 1), (37, 1, 5), (3, 7, 5), (33, 9, 1), (1, 64, 300), (67, 45, 29), (130, 70, 90)]
@@ -34,73 +34,25 @@ ZERO_SHAPES = [(0, 5, 3), (4, 0, 3), (4, 5, 0)]
 F64_KINDS = {"Dgemm", "BatchedDgemmF64"}
 
 
-class Layout:
-    """Bump allocator of 64-byte-aligned arena slots, remembering what goes in each."""
-
-    def __init__(self, seed: int = 0) -> None:
-        self.top = 0
-        self.inputs: dict[int, np.ndarray] = {}
-        self.rng = np.random.default_rng(seed)
-
-    def slot(self, nbytes: int) -> int:
-        off = self.top
-        self.top += (max(nbytes, 1) + 63) // 64 * 64
-        return off
-
-    def put(self, array: np.ndarray) -> int:
-        off = self.slot(array.nbytes)
-        self.inputs[off] = np.ascontiguousarray(array)
-        return off
-
-    def normal(self, *shape: int, dtype=np.float32) -> np.ndarray:
-        return self.rng.standard_normal(shape).astype(dtype)
-
-    def half(self, kind: HalfKind, *shape: int) -> np.ndarray:
-        x = self.normal(*shape)
-        if kind is HalfKind.Bf16:
-            return f32_to_bf16_bits(x)
-        return f32_to_f16_bits(x).view(np.float16) if kind is HalfKind.F16 else x
-
-
-def arenas(lay: Layout, thunks: list) -> tuple[rl.Arena, rl.Arena]:
-    """(arena for the program, arena the references ran on), both from the same initial bytes."""
-    arena = rl.Arena(lay.top)
-    arena.fill(SENTINEL)
-    for off, data in lay.inputs.items():
-        arena.write(off, data)
-    expected = rl.Arena.from_bytes(arena.bytes)
-    for t in thunks:
-        ref.REFERENCES[type(t).__name__](expected.bytes, t)
-    return arena, expected
-
-
-def output_mask(thunks: list, nbytes: int) -> np.ndarray:
-    """True on every byte some thunk declares as output."""
-    mask = np.zeros(nbytes, dtype=bool)
-    for t in thunks:
-        for ext in t.writes():
-            mask[ext.offset:ext.offset + ext.nbytes] = True
-    return mask
-
-
-def assert_close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, what: str) -> None:
-    got, want = got.astype(np.float64), want.astype(np.float64)
-    assert np.array_equal(np.isnan(got), np.isnan(want)), f"{what}: NaN positions differ"
-    finite = np.isfinite(want)
-    assert np.array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)]), f"{what}: infinities differ"
-    err = np.abs(got[finite] - want[finite]) / (atol + rtol * np.abs(want[finite]))
-    assert err.size == 0 or err.max() <= 1.0, f"{what}: max scaled error {err.max():.2f}"
-
-
-def assert_half_close(got_bits: np.ndarray, want_bits: np.ndarray, what: str) -> None:
+def assert_half_close(got_bits: np.ndarray, want_bits: np.ndarray) -> None:
     """Packed halves within one ulp (the f32 GEMM and the f64 reference may round a tie differently)."""
     diff = np.abs(got_bits.astype(np.int32) - want_bits.astype(np.int32))
-    assert diff.max(initial=0) <= 1, f"{what}: packed halves differ by {diff.max()} ulps"
+    assert diff.max(initial=0) <= 1, f"packed halves differ by {diff.max()} ulps"
+
+
+def how_to_compare(t) -> dict:
+    """Packed halves within one ulp; f64 and f32 outputs within a tolerance that grows with √k."""
+    k = getattr(t, "k", None) or getattr(t, "k_dim", None) or getattr(t, "c_in", 1) or 1
+    if isinstance(t, T.SgemmHalf) and t.c_kind.packed:
+        return dict(dtype=np.uint16, compare=assert_half_close)
+    if type(t).__name__ in F64_KINDS:
+        return dict(dtype=np.float64, rtol=1e-12, atol=1e-12 * np.sqrt(k))
+    return dict(dtype=np.float32, rtol=1e-5, atol=3e-6 * max(1.0, np.sqrt(k)))
 
 
 # ── the big schedule ─────────────────────────────────────────────────────────
 
-def gemm_cases(lay: Layout) -> list[tuple[str, object]]:
+def gemm_cases(lay: Suite) -> list[tuple[str, object]]:
     cases = []
     for m, k, n in SHAPES + ZERO_SHAPES:
         tag = f"{m}x{k}x{n}"
@@ -171,7 +123,7 @@ def gemm_cases(lay: Layout) -> list[tuple[str, object]]:
     return cases
 
 
-def k_block_cases(lay: Layout) -> list[tuple[str, object]]:
+def k_block_cases(lay: Suite) -> list[tuple[str, object]]:
     """k beyond one `K_BLOCK` (later blocks accumulate onto C) and packed B panels (m ≥ 512 with
     B rows a multiple of 4 KiB apart), with transposes, an epilogue and f64."""
     return [
@@ -190,7 +142,7 @@ def k_block_cases(lay: Layout) -> list[tuple[str, object]]:
     ]
 
 
-def parallel_cases(lay: Layout) -> list[tuple[str, object]]:
+def parallel_cases(lay: Suite) -> list[tuple[str, object]]:
     """Shapes big enough that the IR tiles split their panels (or slices) across threads."""
     m, k, n = 64, 512, 200  # 4 panels (the last one ragged) of ≥ 2²¹ multiply-adds each
     return [
@@ -225,102 +177,89 @@ def gemm_mode(mode: str) -> Iterator[None]:
             os.environ[GEMM_MODE_ENV] = old
 
 
-class Built:
-    """All GEMM cases in one schedule, compiled once (in one GEMM mode) and run once, next to the references."""
+def gemm_suite() -> Suite:
+    """Every GEMM case in one arena whose outputs start as the NaN sentinel."""
+    s = Suite(3, fill=SENTINEL)
+    for name, t in gemm_cases(s):
+        s.add(name, t, **how_to_compare(t))
+    return s
 
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        lay = Layout(seed=3)
-        self.cases = gemm_cases(lay)
-        self.thunks = [t for _, t in self.cases]
-        self.schedule = rl.ThunkSchedule(self.thunks, arena_bytes=lay.top)
-        self.arena, self.expected = arenas(lay, self.thunks)
-        self.initial = rl.Arena.from_bytes(self.arena.bytes)
-        with gemm_mode(mode):
-            self.program = rl.compile(self.schedule, cache=False)
-        self.program.run(self.arena)
+
+SUITE = gemm_suite()
 
 
 @pytest.fixture(scope="module", params=["auto", "blas"])
-def built(request) -> Built:
-    return Built(request.param)
+def built(request) -> Outcome:
+    """The suite compiled once per GEMM mode ("auto": IR tiles where faster; "blas": every GEMM calls BLAS)."""
+    outcome = SUITE.run(gemm_mode(request.param))
+    outcome.mode = request.param
+    return outcome
 
 
 @pytest.fixture(scope="module")
-def built_blas() -> Built:
-    return Built("blas")
+def built_blas() -> Outcome:
+    return SUITE.run(gemm_mode("blas"))
 
 
-def _check_case(name: str, t, arena: rl.Arena, expected: rl.Arena) -> None:
-    kind = type(t).__name__
-    if not t.writes():  # m = 0 or n = 0: nothing to write
-        return
-    ext = t.writes()[0]
-    got, want = arena.bytes[ext.offset:ext.offset + ext.nbytes], expected.bytes[ext.offset:ext.offset + ext.nbytes]
-    k = getattr(t, "k", None) or getattr(t, "k_dim", None) or getattr(t, "c_in", 1) or 1
-    if kind == "SgemmHalf" and t.c_kind.packed:
-        assert_half_close(got.view(np.uint16), want.view(np.uint16), name)
-        return
-    if kind in F64_KINDS:
-        assert_close(got.view(np.float64), want.view(np.float64), 1e-12, 1e-12 * np.sqrt(k), name)
-        return
-    assert_close(got.view(np.float32), want.view(np.float32), 1e-5, 3e-6 * max(1.0, np.sqrt(k)), name)
+def test_every_case_matches_the_float64_reference(built: Outcome) -> None:
+    for name in SUITE.names:
+        built.check(name)
 
 
-def test_every_case_matches_the_float64_reference(built: Built) -> None:
-    for name, t in built.cases:
-        _check_case(name, t, built.arena, built.expected)
+def test_nothing_outside_the_outputs_changes(built: Outcome) -> None:
+    built.check_untouched()
 
 
-def test_nothing_outside_the_outputs_changes(built: Built) -> None:
-    keep = ~output_mask(built.thunks, built.arena.nbytes)
-    assert np.array_equal(built.arena.bytes[keep], built.initial.bytes[keep])
+def test_thread_count_does_not_change_results(built: Outcome) -> None:
+    """rlx_llvm's own GEMM tiles give the same bytes on 1 and 2 threads (OpenBLAS's cgemm, for one, does not)."""
+    native = [name for name, row in zip(SUITE.names, built.program.report()) if row.path == "llvm"]
+    built.check_thread_independent(native)
 
 
-def test_k_zero_writes_zeros(built: Built) -> None:
-    for name, t in built.cases:
-        if getattr(t, "k", None) == 0 and type(t).__name__ in ("Sgemm", "SgemmT", "Dgemm"):
-            ext = t.writes()[0]
-            assert not built.arena.bytes[ext.offset:ext.offset + ext.nbytes].any(), name
+def test_k_zero_writes_zeros(built: Outcome) -> None:
+    for c in SUITE.cases:
+        if getattr(c.thunk, "k", None) == 0 and type(c.thunk).__name__ in ("Sgemm", "SgemmT", "Dgemm"):
+            ext = c.thunk.writes()[0]
+            assert not built.got[ext.offset:ext.offset + ext.nbytes].any(), c.name
 
 
-def test_report_says_how_each_gemm_runs(built: Built) -> None:
+def test_report_says_how_each_gemm_runs(built: Outcome) -> None:
     """By default small real GEMMs run as IR tiles ("llvm"); complex and grouped GEMMs call BLAS."""
     paths = [row.path for row in built.program.report()]
     assert set(paths) <= {"llvm", "blas"}
     assert "blas" in {row.path for row in built.program.report() if row.kind == "CgemmC64"}
     if built.mode == "blas":  # every GEMM with work to do calls BLAS
         dims = ("m", "k", "n", "k_dim", "batch", "hw", "c_in", "c_out", "r")
-        for t, row in zip(built.thunks, built.program.report()):
+        for t, row in zip((c.thunk for c in SUITE.cases), built.program.report()):
             if all(getattr(t, d, 1) for d in dims):
                 assert row.path == "blas", row
     else:
         assert "llvm" in paths
 
 
-def _thunk_ir(built: Built, name: str) -> str:
-    return built.program.llvm_ir(thunk=next(i for i, (n, _) in enumerate(built.cases) if n == name))
+def _thunk_ir(built: Outcome, name: str) -> str:
+    return built.program.llvm_ir(thunk=built.index(name))
 
 
-def test_blas_calls_have_constant_dims(built_blas: Built) -> None:
+def test_blas_calls_have_constant_dims(built_blas: Outcome) -> None:
     """The IR calls our prefixed symbols with dims stored as constants in entry-block slots."""
     ir_text = _thunk_ir(built_blas, "sgemm 1x17x1")
     assert 'call void @"rlx_sgemm"(' in ir_text and "store i32 17" in ir_text
     assert built_blas.program.llvm_ir().count('declare void @"rlx_sgemm"(') == 1
 
 
-def test_large_ir_gemms_fork_rlx_threads(built: Built) -> None:
-    forks = {name: "GOMP_parallel" in _thunk_ir(built, name) for name, _ in built.cases if name.startswith("parallel")}
+def test_large_ir_gemms_fork_rlx_threads(built: Outcome) -> None:
+    forks = {name: "GOMP_parallel" in _thunk_ir(built, name) for name in SUITE.names if name.startswith("parallel")}
     assert set(forks.values()) == {built.mode == "auto"}, forks
 
 
 def test_by_default_real_gemms_run_as_ir_tiles() -> None:
-    lay = Layout()
+    lay = Suite(fill=SENTINEL)
     t = T.Sgemm(a=lay.put(lay.normal(64, 64)), b=lay.put(lay.normal(64, 64)), c=lay.slot(64 * 64 * 4),
                 m=64, k=64, n=64)
     c64 = T.CgemmC64(a=lay.put(lay.normal(4, 8)), b=lay.put(lay.normal(4, 8)), c=lay.slot(128), m=4, k=4, n=4)
     with gemm_mode("auto"):
-        prog = rl.compile(rl.ThunkSchedule([t, c64], arena_bytes=lay.top), cache=False)
+        prog = rl.compile(rl.ThunkSchedule([t, c64], arena_bytes=lay.nbytes), cache=False)
     assert '@"rlx.tile.f32.r6.v4"' in prog.llvm_ir(thunk=0) and "rlx_sgemm" not in prog.llvm_ir(thunk=0)
     assert 'call void @"rlx_cgemm"(' in prog.llvm_ir(thunk=1)
 
@@ -329,24 +268,24 @@ def test_ir_tiles_up_to_2048_cubed() -> None:
     """`IR_GEMM_MAX_MNK = 2048³`: a 2048³ GEMM runs as tiles, k = 2049 (just above) calls BLAS
     (compiled only: the arena is never allocated)."""
     shapes = [(2048, 2048, 2048), (2048, 2049, 2048)]
-    lay = Layout()
+    lay = Suite(fill=SENTINEL)
     thunks = [T.Sgemm(a=lay.slot(4 * m * k), b=lay.slot(4 * k * n), c=lay.slot(4 * m * n), m=m, k=k, n=n)
               for m, k, n in shapes]
     with gemm_mode("auto"):
-        prog = rl.compile(rl.ThunkSchedule(thunks, arena_bytes=lay.top), cache=False)
+        prog = rl.compile(rl.ThunkSchedule(thunks, arena_bytes=lay.nbytes), cache=False)
     assert [r.path for r in prog.report()] == ["llvm", "blas"]
 
 
-def test_repeat_runs_are_identical(built: Built) -> None:
-    again = rl.Arena.from_bytes(built.initial.bytes)
+def test_repeat_runs_are_identical(built: Outcome) -> None:
+    again = rl.Arena.from_bytes(built.before)
     built.program.run(again)
     built.program.run(again)
-    assert np.array_equal(again.bytes, built.arena.bytes)
+    assert np.array_equal(again.bytes, built.got)
 
 
-def test_one_program_runs_from_two_threads_at_once(built: Built) -> None:
+def test_one_program_runs_from_two_threads_at_once(built: Outcome) -> None:
     """Scratch is per calling thread: concurrent runs on separate arenas give the single-run bytes."""
-    arenas_ = [rl.Arena.from_bytes(built.initial.bytes) for _ in range(2)]
+    arenas_ = [rl.Arena.from_bytes(built.before) for _ in range(2)]
     errors: list[BaseException] = []
 
     def work(a: rl.Arena) -> None:
@@ -363,7 +302,7 @@ def test_one_program_runs_from_two_threads_at_once(built: Built) -> None:
         th.join()
     assert not errors
     for a in arenas_:
-        assert np.array_equal(a.bytes, built.arena.bytes)
+        assert np.array_equal(a.bytes, built.got)
 
 
 # ── no Python between native thunks ──────────────────────────────────────────
@@ -384,7 +323,7 @@ def _python_calls_during(prog: rl.Program, arena: rl.Arena) -> list[str]:
 
 
 def test_no_python_frame_runs_between_native_thunks() -> None:
-    lay = Layout(seed=5)
+    lay = Suite(5)
     a, b = lay.put(lay.normal(16, 16)), lay.put(lay.normal(16, 16))
     chain = [T.Sgemm(a=a, b=b, c=lay.slot(1024), m=16, k=16, n=16)]
     chain.append(T.SgemmT(a=chain[0].c, b=b, c=lay.slot(1024), m=16, k=16, n=16, ta=True, tb=False))
@@ -393,11 +332,9 @@ def test_no_python_frame_runs_between_native_thunks() -> None:
                              m=16, k=16, n=16))
     chain.append(T.BatchedSgemm(a=chain[3].c, b=b, c=lay.slot(1024), batch=1, m=16, k=16, n=16,
                                 a_bcast=False, b_bcast=False))
-    arena = rl.Arena(lay.top)
-    for off, data in lay.inputs.items():
-        arena.write(off, data)
-    five = rl.compile(rl.ThunkSchedule(chain, arena_bytes=lay.top), cache=False)
-    one = rl.compile(rl.ThunkSchedule(chain[3:4], arena_bytes=lay.top), cache=False)  # uses scratch too
+    arena = lay.arena()
+    five = rl.compile(rl.ThunkSchedule(chain, arena_bytes=lay.nbytes), cache=False)
+    one = rl.compile(rl.ThunkSchedule(chain[3:4], arena_bytes=lay.nbytes), cache=False)  # uses scratch too
     assert len(five.report()) == 5 and {r.path for r in five.report()} <= {"blas", "llvm"}
     five.run(arena)
     one.run(arena)  # first-use allocations (per-thread scratch) happen outside the profiled runs
@@ -414,28 +351,29 @@ def test_no_python_frame_runs_between_native_thunks() -> None:
 # ── run-time failures and validation ─────────────────────────────────────────
 
 def test_out_of_range_expert_id_is_an_execution_error() -> None:
-    lay = Layout()
+    lay = Suite(fill=SENTINEL)
     before = T.Sgemm(a=lay.put(lay.normal(2, 2)), b=lay.put(lay.normal(2, 2)), c=lay.slot(16), m=2, k=2, n=2)
     bad = T.GroupedMatMul(input=lay.put(lay.normal(3, 2)), weight=lay.put(lay.normal(2, 2, 2)),
                           expert_idx=lay.put(np.float32([0, 2, 1])), dst=lay.slot(24), m=3, k_dim=2, n=2,
                           num_experts=2, w_transposed=False)
-    arena, expected = arenas(lay, [before])
-    prog = rl.compile(rl.ThunkSchedule([before, bad], arena_bytes=lay.top), cache=False)
+    arena, expected = lay.arena(), lay.initial_bytes()
+    ref.run_thunk(expected, before)
+    prog = rl.compile(rl.ThunkSchedule([before, bad], arena_bytes=lay.nbytes), cache=False)
     with pytest.raises(ExecutionError) as info:
         prog.run(arena)
     assert (info.value.index, info.value.kind, info.value.status) == (1, "GroupedMatMul", Status.INDEX_OUT_OF_RANGE)
-    assert np.array_equal(arena.view(before.c, "f32", 4), expected.view(before.c, "f32", 4))
+    assert np.array_equal(arena.view(before.c, "f32", 4), expected[before.c:before.c + 16].view(np.float32))
     assert (arena.bytes[bad.dst:bad.dst + 24] == SENTINEL).all(), "the failing thunk writes nothing"
 
 
 def test_out_of_range_codebook_code_is_an_execution_error() -> None:
-    lay = Layout()
+    lay = Suite(fill=SENTINEL)
     bad = T.SynthMatMul(x=lay.put(lay.normal(2, 4)), indices=lay.put(np.uint8([0, 1, 3, 0])),
                         codebook=lay.put(lay.normal(3, 2)), dst=lay.slot(16), m=2, k=4, n=2, entry_dim=2,
                         num_entries=3)
-    arena, _ = arenas(lay, [])
+    arena = lay.arena()
     with pytest.raises(ExecutionError) as info:
-        rl.compile(rl.ThunkSchedule([bad], arena_bytes=lay.top), cache=False).run(arena)
+        rl.compile(rl.ThunkSchedule([bad], arena_bytes=lay.nbytes), cache=False).run(arena)
     assert info.value.status == Status.INDEX_OUT_OF_RANGE
 
 

@@ -11,31 +11,33 @@ import pytest
 import rlx_llvm as rl
 import rlx_llvm.ir_emit.linalg  # noqa: F401  (registers the lowerings and fallbacks)
 import rlx_llvm.reference.linalg  # noqa: F401
+from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.errors import ExecutionError, ValidationError
 from rlx_llvm.kernels.blas import Status, describe_status
-from tests.ir_emit.test_gemm import SENTINEL, Layout, arenas, assert_close, output_mask
+from tests.harness import NAN_FILL as SENTINEL
+from tests.harness import Outcome, Suite, assert_close, suite_tests
 
 F64_KINDS = {"DenseSolveF64", "BatchedDenseSolveF64"}
 
 
-def well_conditioned(lay: Layout, n: int, dtype=np.float32) -> np.ndarray:
+def well_conditioned(lay: Suite, n: int, dtype=np.float32) -> np.ndarray:
     return (lay.normal(n, n) + n * np.eye(n)).astype(dtype)
 
 
-def spd(lay: Layout, n: int) -> np.ndarray:
+def spd(lay: Suite, n: int) -> np.ndarray:
     a = lay.normal(n, n).astype(np.float64)
     return (a @ a.T + n * np.eye(n)).astype(np.float32)
 
 
-def with_garbage_above(a: np.ndarray, lay: Layout, lower: bool = True) -> np.ndarray:
+def with_garbage_above(a: np.ndarray, lay: Suite, lower: bool = True) -> np.ndarray:
     """`a` with the triangle that must not be read replaced by noise."""
     noise = lay.normal(*a.shape) * 100
     keep = np.tril(np.ones(a.shape, bool)) if lower else np.triu(np.ones(a.shape, bool))
     return np.where(keep, a, noise).astype(a.dtype)
 
 
-def linalg_cases(lay: Layout) -> list[tuple[str, object]]:
+def linalg_cases(lay: Suite) -> list[tuple[str, object]]:
     cases = []
     for n in (1, 2, 7, 33):
         for nrhs in (1, 3):
@@ -68,72 +70,56 @@ def linalg_cases(lay: Layout) -> list[tuple[str, object]]:
     return cases
 
 
-class Built:
-    """All linalg cases in one schedule, compiled and run once."""
-
-    def __init__(self) -> None:
-        lay = Layout(seed=11)
-        self.cases = linalg_cases(lay)
-        self.thunks = [t for _, t in self.cases]
-        self.arena, self.expected = arenas(lay, self.thunks)
-        self.initial = rl.Arena.from_bytes(self.arena.bytes)
-        self.program = rl.compile(rl.ThunkSchedule(self.thunks, arena_bytes=lay.top), cache=False)
-        self.program.run(self.arena)
+def how_to_compare(t) -> dict:
+    """f64 solves near f64 precision; sgesv works in f32; the rest compute in f64 inside."""
+    if type(t).__name__ in F64_KINDS:
+        return dict(dtype=np.float64, rtol=1e-11, atol=1e-12)
+    if type(t).__name__ in ("DenseSolveF32", "BatchedDenseSolveF32"):
+        return dict(dtype=np.float32, rtol=2e-5, atol=2e-6)
+    return dict(dtype=np.float32, rtol=1e-6, atol=1e-7)
 
 
-@pytest.fixture(scope="module")
-def built() -> Built:
-    return Built()
+def linalg_suite() -> Suite:
+    """Every linalg case in one arena whose outputs start as the NaN sentinel."""
+    s = Suite(11, fill=SENTINEL)
+    for name, t in linalg_cases(s):
+        s.add(name, t, **how_to_compare(t))
+    return s
 
 
-def test_every_case_matches_the_float64_reference(built: Built) -> None:
-    for name, t in built.cases:
-        ext = t.writes()[0]
-        got = built.arena.bytes[ext.offset:ext.offset + ext.nbytes]
-        want = built.expected.bytes[ext.offset:ext.offset + ext.nbytes]
-        if type(t).__name__ in F64_KINDS:
-            assert_close(got.view(np.float64), want.view(np.float64), 1e-11, 1e-12, name)
-        elif type(t).__name__ in ("DenseSolveF32", "BatchedDenseSolveF32"):
-            assert_close(got.view(np.float32), want.view(np.float32), 2e-5, 2e-6, name)  # sgesv works in f32
-        else:
-            assert_close(got.view(np.float32), want.view(np.float32), 1e-6, 1e-7, name)  # f64 inside
+SUITE = linalg_suite()
+
+(outcome, test_every_case_matches_the_float64_reference, test_inputs_are_never_overwritten,
+ test_thread_count_does_not_change_results, test_every_solve_reports_blas) = suite_tests(SUITE, paths={"blas"})
 
 
-def test_cholesky_zeroes_the_strict_upper_triangle(built: Built) -> None:
-    for name, t in built.cases:
-        if isinstance(t, T.CholeskyF32):
-            lower = built.arena.view(t.l, "f32", (t.n, t.n))
-            assert not np.triu(lower, 1).any(), name
-            a = built.arena.view(t.a, "f32", (t.n, t.n)).astype(np.float64)
+def test_cholesky_zeroes_the_strict_upper_triangle(outcome: Outcome) -> None:
+    for c in SUITE.cases:
+        if isinstance(t := c.thunk, T.CholeskyF32):
+            lower = outcome.output(c.name).reshape(t.n, t.n)
+            assert not np.triu(lower, 1).any(), c.name
+            a = outcome.got[t.a:t.a + 4 * t.n * t.n].view(np.float32).reshape(t.n, t.n).astype(np.float64)
             a = np.tril(a) + np.tril(a, -1).T
-            assert np.allclose(lower.astype(np.float64) @ lower.T, a, rtol=1e-5, atol=1e-4), name
+            assert np.allclose(lower.astype(np.float64) @ lower.T, a, rtol=1e-5, atol=1e-4), c.name
 
 
-def test_det_of_a_singular_matrix_is_zero_not_an_error(built: Built) -> None:
-    dets = {name: built.arena.view(t.out, "f32", 1)[0] for name, t in built.cases if "singular" in name}
+def test_det_of_a_singular_matrix_is_zero_not_an_error(outcome: Outcome) -> None:
+    dets = {name: outcome.output(name)[0] for name in SUITE.names if "singular" in name}
     assert dets == {"det n=3 log_abs=False singular": 0.0, "det n=3 log_abs=True singular": -np.inf}
-
-
-def test_inputs_are_never_overwritten(built: Built) -> None:
-    keep = ~output_mask(built.thunks, built.arena.nbytes)
-    assert np.array_equal(built.arena.bytes[keep], built.initial.bytes[keep])
-
-
-def test_every_solve_reports_blas(built: Built) -> None:
-    assert {row.path for row in built.program.report()} == {"blas"}
 
 
 # ── failures ─────────────────────────────────────────────────────────────────
 
 def _failing_run(make_bad) -> tuple[ExecutionError, rl.Arena, rl.Arena, object, object, object]:
     """[good Sgemm, bad thunk, good Sgemm] on a sentinel arena; returns the error and the pieces."""
-    lay = Layout(seed=2)
+    lay = Suite(2, fill=SENTINEL)
     a, b = lay.put(lay.normal(3, 3)), lay.put(lay.normal(3, 3))
     before = T.Sgemm(a=a, b=b, c=lay.slot(36), m=3, k=3, n=3)
     bad = make_bad(lay)
     after = T.Sgemm(a=a, b=b, c=lay.slot(36), m=3, k=3, n=3)
-    arena, expected = arenas(lay, [before])
-    prog = rl.compile(rl.ThunkSchedule([before, bad, after], arena_bytes=lay.top), cache=False)
+    arena, expected = lay.arena(), lay.arena()
+    ref.run_thunk(expected.bytes, before)
+    prog = rl.compile(rl.ThunkSchedule([before, bad, after], arena_bytes=lay.nbytes), cache=False)
     with pytest.raises(ExecutionError) as info:
         prog.run(arena)
     return info.value, arena, expected, before, bad, after
@@ -154,7 +140,7 @@ def test_singular_solve_is_an_execution_error(kind: str) -> None:
     dt = np.float64 if kind.endswith("F64") else np.float32
     size = np.dtype(dt).itemsize
 
-    def bad(lay: Layout):
+    def bad(lay: Suite):
         a = np.array([[1, 2], [2, 4]], dt)
         return getattr(T, kind)(a=lay.put(a), b=lay.put(np.ones((2, 1), dt)), x=lay.slot(2 * size), n=2, nrhs=1)
 
@@ -168,7 +154,7 @@ def test_singular_slice_of_a_batched_solve_names_the_slice(kind: str) -> None:
     dt = np.float64 if kind.endswith("F64") else np.float32
     size = np.dtype(dt).itemsize
 
-    def bad(lay: Layout):
+    def bad(lay: Suite):
         a = np.stack([np.eye(2, dtype=dt), 2 * np.eye(2, dtype=dt), np.zeros((2, 2), dt), np.eye(2, dtype=dt)])
         return getattr(T, kind)(a=lay.put(a), b=lay.put(np.ones((4, 2, 1), dt)), x=lay.slot(8 * size),
                                 batch=4, n=2, nrhs=1)
@@ -180,7 +166,7 @@ def test_singular_slice_of_a_batched_solve_names_the_slice(kind: str) -> None:
 
 
 def test_non_positive_definite_cholesky_is_an_execution_error() -> None:
-    def bad(lay: Layout):
+    def bad(lay: Suite):
         return T.CholeskyF32(a=lay.put(np.float32([[1, 2], [2, 1]])), l=lay.slot(16), n=2)
 
     err, *rest = _failing_run(bad)

@@ -11,12 +11,12 @@ import rlx_llvm.reference.gemm  # noqa: F401
 import rlx_llvm.reference.linalg  # noqa: F401
 from rlx_llvm import thunks as T
 from rlx_llvm.errors import ExecutionError, ValidationError
-from tests.ir_emit.test_gemm import Layout, arenas, assert_close, output_mask
+from tests.harness import NAN_FILL, Outcome, Suite, f32_at, suite_tests
 
 SVD_SHAPES = [(1, 1), (5, 3), (3, 5), (8, 8), (17, 4)]
 
 
-def fallback_cases(lay: Layout) -> list[tuple[str, object]]:
+def fallback_cases(lay: Suite) -> list[tuple[str, object]]:
     cases = []
     for m, n in SVD_SHAPES:
         a = lay.put(lay.normal(m, n))
@@ -38,99 +38,81 @@ def fallback_cases(lay: Layout) -> list[tuple[str, object]]:
     return cases
 
 
-class Built:
-    """Fallbacks between native GEMMs in one program: [gemm, fallbacks..., gemm]."""
-
-    def __init__(self) -> None:
-        lay = Layout(seed=21)
-        a, b = lay.put(lay.normal(4, 4)), lay.put(lay.normal(4, 4))
-        self.cases = fallback_cases(lay)
-        first = T.Sgemm(a=a, b=b, c=lay.slot(64), m=4, k=4, n=4)
-        last = T.Sgemm(a=first.c, b=b, c=lay.slot(64), m=4, k=4, n=4)
-        self.thunks = [first] + [t for _, t in self.cases] + [last]
-        self.arena, self.expected = arenas(lay, self.thunks)
-        self.initial = rl.Arena.from_bytes(self.arena.bytes)
-        self.program = rl.compile(rl.ThunkSchedule(self.thunks, arena_bytes=lay.top), cache=False)
-        self.program.run(self.arena)
-
-
-@pytest.fixture(scope="module")
-def built() -> Built:
-    return Built()
-
-
-def test_fallbacks_match_the_numpy_references(built: Built) -> None:
-    for name, t in built.cases:
-        ext = t.writes()[0]
-        got = built.arena.bytes[ext.offset:ext.offset + ext.nbytes].view(np.float32)
-        want = built.expected.bytes[ext.offset:ext.offset + ext.nbytes].view(np.float32)
+def fallback_suite() -> Suite:
+    """Fallbacks between native GEMMs in one program: [gemm, fallbacks..., gemm]; sorts bit-exact (−0.0
+    included), factors within f32 rounding."""
+    s = Suite(21, fill=NAN_FILL)
+    a, b = s.put(s.normal(4, 4)), s.put(s.normal(4, 4))
+    cases = fallback_cases(s)
+    first = T.Sgemm(a=a, b=b, c=s.slot(64), m=4, k=4, n=4)
+    last = T.Sgemm(a=first.c, b=b, c=s.slot(64), m=4, k=4, n=4)
+    for name, t in [("gemm before the fallbacks", first), *cases, ("gemm after the fallbacks", last)]:
         if isinstance(t, T.SortF32):
-            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), name  # bit-exact, -0.0 included
+            s.add(name, t, dtype=np.uint32)
         else:
-            assert_close(got, want, 1e-5, 1e-6, name)
+            s.add(name, t, dtype=np.float32, rtol=1e-5, atol=1e-6)
+    return s
 
 
-def test_native_segments_around_fallbacks_still_run(built: Built) -> None:
-    last = built.thunks[-1]
-    want = built.expected.view(last.c, "f32", 16)
-    assert_close(built.arena.view(last.c, "f32", 16), want, 1e-5, 1e-6, "gemm after the fallbacks")
+SUITE = fallback_suite()
+
+(outcome, test_fallbacks_match_the_numpy_references, test_fallbacks_touch_only_their_declared_outputs,
+ test_thread_count_does_not_change_results, _) = suite_tests(SUITE)
 
 
-def test_fallbacks_touch_only_their_declared_outputs(built: Built) -> None:
-    keep = ~output_mask(built.thunks, built.arena.nbytes)
-    assert np.array_equal(built.arena.bytes[keep], built.initial.bytes[keep])
+def test_native_segments_around_fallbacks_still_run(outcome: Outcome) -> None:
+    outcome.check("gemm after the fallbacks")
 
 
-def test_report_shows_scipy_for_fallbacks_and_blas_for_gemms(built: Built) -> None:
-    paths = {(row.kind, row.path) for row in built.program.report()}
+def test_report_shows_scipy_for_fallbacks_and_blas_for_gemms(outcome: Outcome) -> None:
+    paths = {(row.kind, row.path) for row in outcome.program.report()}
     # a small Sgemm runs as IR tiles ("llvm"); with RLX_LLVM_GEMM=blas it would say "blas"
     assert paths <= {("Sgemm", "blas"), ("Sgemm", "llvm"), ("SvdF32", "scipy"), ("QrF32", "scipy"),
                      ("SortF32", "scipy")}
     assert {p for k, p in paths if k != "Sgemm"} == {"scipy"}
 
 
-def test_svd_factors_reconstruct_and_follow_the_sign_convention(built: Built) -> None:
+def test_svd_factors_reconstruct_and_follow_the_sign_convention(outcome: Outcome) -> None:
     for m, n in SVD_SHAPES:
         k = min(m, n)
-        parts = {t.part: t for name, t in built.cases if name.startswith(f"svd {m}x{n} ")}
-        u = built.arena.view(parts[0].out, "f32", (m, k)).astype(np.float64)
-        s = built.arena.view(parts[1].out, "f32", k).astype(np.float64)
-        vt = built.arena.view(parts[2].out, "f32", (k, n)).astype(np.float64)
-        a = built.arena.view(parts[0].a, "f32", (m, n))
+        parts = {c.thunk.part: c.thunk for c in SUITE.cases if c.name.startswith(f"svd {m}x{n} ")}
+        u = f32_at(outcome.got, parts[0].out, m, k).astype(np.float64)
+        s = f32_at(outcome.got, parts[1].out, k).astype(np.float64)
+        vt = f32_at(outcome.got, parts[2].out, k, n).astype(np.float64)
+        a = f32_at(outcome.got, parts[0].a, m, n)
         assert np.allclose(u * s @ vt, a, atol=1e-5) and np.all(np.diff(s) <= 0) and np.all(s >= 0)
         pivots = np.argmax(np.abs(u), axis=0)
         assert np.all(u[pivots, np.arange(k)] > 0), "largest-magnitude entry of each U column is positive"
 
 
-def test_qr_factors_reconstruct_with_a_non_negative_diagonal(built: Built) -> None:
+def test_qr_factors_reconstruct_with_a_non_negative_diagonal(outcome: Outcome) -> None:
     for m, n in SVD_SHAPES:
         k = min(m, n)
-        parts = {t.part: t for name, t in built.cases if name.startswith(f"qr {m}x{n} ")}
-        q = built.arena.view(parts[0].out, "f32", (m, k)).astype(np.float64)
-        r = built.arena.view(parts[1].out, "f32", (k, n)).astype(np.float64)
-        a = built.arena.view(parts[0].a, "f32", (m, n))
+        parts = {c.thunk.part: c.thunk for c in SUITE.cases if c.name.startswith(f"qr {m}x{n} ")}
+        q = f32_at(outcome.got, parts[0].out, m, k).astype(np.float64)
+        r = f32_at(outcome.got, parts[1].out, k, n).astype(np.float64)
+        a = f32_at(outcome.got, parts[0].a, m, n)
         assert np.allclose(q @ r, a, atol=1e-5) and np.allclose(q.T @ q, np.eye(k), atol=1e-6)
         assert np.all(np.diagonal(r) >= 0) and not np.tril(r, -1).any()
 
 
 def test_sort_is_stable_with_nans_last_in_both_directions() -> None:
     x = np.float32([2.0, np.nan, 1.0, 2.0, -0.0, 0.0, np.nan, 1.0])
-    lay = Layout()
+    lay = Suite()
     src = lay.put(x)
     ts = [T.SortF32(src=src, dst=lay.slot(32), outer=1, axis_dim=8, inner=1, descending=d, arg=True)
           for d in (False, True)]
-    arena, _ = arenas(lay, [])
-    rl.compile(rl.ThunkSchedule(ts, arena_bytes=lay.top), cache=False).run(arena)
+    arena = lay.arena()
+    rl.compile(rl.ThunkSchedule(ts, arena_bytes=lay.nbytes), cache=False).run(arena)
     assert arena.view(ts[0].dst, "f32", 8).tolist() == [4, 5, 2, 7, 0, 3, 1, 6]
     assert arena.view(ts[1].dst, "f32", 8).tolist() == [0, 3, 2, 7, 4, 5, 1, 6]
 
 
 def test_non_finite_svd_input_is_an_execution_error() -> None:
-    lay = Layout()
+    lay = Suite()
     t = T.SvdF32(a=lay.put(np.float32([[1, np.nan], [0, 1]])), out=lay.slot(8), m=2, n=2, part=1)
-    arena, _ = arenas(lay, [])
     with pytest.raises(ExecutionError) as info:
-        rl.compile(rl.ThunkSchedule([t], arena_bytes=lay.top), cache=False).run(arena)
+        rl.compile(rl.ThunkSchedule([t], arena_bytes=lay.nbytes), cache=False).run(lay.arena())
     assert (info.value.index, info.value.kind) == (0, "SvdF32")
 
 
