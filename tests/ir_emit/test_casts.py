@@ -12,14 +12,12 @@ import numpy as np
 import pytest
 
 import rlx_llvm as rl
-from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import DType
-from rlx_llvm.jit import host
 from rlx_llvm.reference import casts as rc
 from rlx_llvm.reference import halves
+from tests.harness import W, Outcome, Suite, suite_tests
 
-W = host().lanes(32)
 D = DType
 BIG = 1_000_003
 
@@ -128,156 +126,92 @@ def half_inputs(stride: int = 251) -> np.ndarray:
 
 # ── one schedule holding every case ──────────────────────────────────────────
 
-class Layout:
-    """Bump allocator of 64-byte-aligned slots."""
-
-    def __init__(self) -> None:
-        self.top = 0
-
-    def slot(self, nbytes: int) -> int:
-        off = self.top
-        self.top += (max(nbytes, 1) + 63) // 64 * 64
-        return off
-
-
 def _nbytes(dtype: DType, n: int) -> int:
     return dtype.itemsize * n
 
 
-class Built:
-    """Every case in one schedule; compiled once, run natively and by the reference."""
-
-    def __init__(self) -> None:
-        lay, data = Layout(), {}
-        self.cases: dict[str, tuple[object, DType]] = {}   # name → (thunk, dst dtype)
-        thunks = []
-
-        def add(name: str, thunk, dst_dtype: DType) -> None:
-            self.cases[name] = (thunk, dst_dtype)
-            thunks.append(thunk)
-
-        def put(values: np.ndarray) -> int:
-            off = lay.slot(values.nbytes)
-            data[off] = values
-            return off
-
-        inputs = {d: edges(d) for d in DType}
-        slots = {d: put(v) for d, v in inputs.items()}
-        self.count = {d: len(v) for d, v in inputs.items()}
-        for name, (s, d) in rc.CAST_DTYPES.items():
-            add(f"kind-{name}", getattr(T, name)(src=slots[s], dst=lay.slot(_nbytes(d, self.count[s])),
-                                                 len=self.count[s]), d)
-        for s in DType:
-            for d in DType:
-                add(f"generic-{s.value}-{d.value}",
-                    T.CastGeneric(src=slots[s], dst=lay.slot(_nbytes(d, self.count[s])), len=self.count[s],
-                                  src_dtype=s, dst_dtype=d), d)
-        halves_in = half_inputs()
-        h, n = put(halves_in), halves_in.size
-        add("all-f32-to-f16", T.CastF32ToF16(src=h, dst=lay.slot(2 * n), len=n), D.F16)
-        add("all-f32-to-bf16", T.CastF32ToBf16(src=h, dst=lay.slot(2 * n), len=n), D.BF16)
-        round_in = half_inputs(stride=2039)
-        h, n = put(round_in), round_in.size
-        add("all-round-half-f16", T.RoundHalf(src=h, dst=lay.slot(4 * n), len=n, bf16=False), D.F32)
-        add("all-round-half-bf16", T.RoundHalf(src=h, dst=lay.slot(4 * n), len=n, bf16=True), D.F32)
-        rng = np.random.default_rng(5)
-        big = {D.F32: put((rng.standard_normal(BIG) * 1e3).astype(np.float32)),
-               D.F64: put(rng.standard_normal(BIG) * 1e5),
-               D.C64: put(rng.standard_normal((BIG, 2)).astype(np.float32))}
-        for n in (0, 1, W - 1, W, W + 1, BIG):
-            for kind, s, d in (("CastF32ToBf16", D.F32, D.BF16), ("CastF32ToI32", D.F32, D.I32),
-                               ("CastF64ToF32", D.F64, D.F32)):
-                add(f"size-{kind}-{n}", getattr(T, kind)(src=big[s], dst=lay.slot(_nbytes(d, n)), len=n), d)
-            for s, d in ((D.F64, D.F16), (D.C64, D.C128), (D.F32, D.U8)):
-                add(f"size-generic-{s.value}-{d.value}-{n}",
-                    T.CastGeneric(src=big[s], dst=lay.slot(_nbytes(d, n)), len=n, src_dtype=s, dst_dtype=d), d)
-            for kind, size in rc.COPY_ITEMSIZE.items():
-                add(f"size-{kind}-{n}", getattr(T, kind)(src=big[D.F64], dst=lay.slot(size * n), len=n),
-                    D.F32 if size == 4 else D.I64)
-        for kind, values, dtype in (("Copy", inputs[D.F32], D.F32), ("CopyF64", inputs[D.F64], D.F64),
-                                    ("CopyI64", inputs[D.I64], D.I64)):
-            off = put(values.copy())
-            add(f"inplace-{kind}", getattr(T, kind)(src=off, dst=off, len=values.size), dtype)
-        for kind, s, d in (("CastF32ToI32", D.F32, D.I32), ("CastI64ToF64", D.I64, D.F64)):
-            off = put(inputs[s].copy())
-            add(f"inplace-{kind}", getattr(T, kind)(src=off, dst=off, len=self.count[s]), d)
-        off = put(inputs[D.F32].copy())
-        add("inplace-RoundHalf", T.RoundHalf(src=off, dst=off, len=self.count[D.F32], bf16=True), D.F32)
-        off = put(inputs[D.C64].copy())
-        add("inplace-generic-c64-i64", T.CastGeneric(src=off, dst=off, len=self.count[D.C64], src_dtype=D.C64,
-                                                     dst_dtype=D.I64), D.I64)
-
-        self.index = {name: k for k, name in enumerate(self.cases)}
-        self.arena = rl.Arena(lay.top)
-        for off, values in data.items():
-            self.arena.write(off, values)
-        self.schedule = rl.ThunkSchedule(thunks, arena_bytes=lay.top)
-        self.expected = rl.Arena.from_bytes(self.arena.bytes)
-        ref.run(self.schedule, self.expected)
-        self.program = rl.compile(self.schedule, cache=False)
-        self.program.run(self.arena)
-
-    def out(self, name: str, arena: rl.Arena) -> np.ndarray:
-        """The output bytes of case `name`."""
-        t, dtype = self.cases[name]
-        return arena.bytes[t.dst:t.dst + _nbytes(dtype, t.len)]
-
-
-@pytest.fixture(scope="module")
-def built() -> Built:
-    return Built()
-
-
-def _case_names() -> list[str]:
-    names = [f"kind-{k}" for k in rc.CAST_DTYPES] + [f"generic-{s.value}-{d.value}" for s in DType for d in DType]
-    names += ["all-f32-to-f16", "all-f32-to-bf16", "all-round-half-f16", "all-round-half-bf16"]
+def build() -> Suite:
+    """Every case in one arena; each output is compared byte for byte."""
+    suite = Suite(0)
+    inputs = {d: edges(d) for d in DType}
+    slots = {d: suite.put(v) for d, v in inputs.items()}
+    count = {d: len(v) for d, v in inputs.items()}
+    for name, (s, d) in rc.CAST_DTYPES.items():
+        suite.add(f"kind-{name}", getattr(T, name)(src=slots[s], dst=suite.slot(_nbytes(d, count[s])),
+                                                   len=count[s]))
+    for s in DType:
+        for d in DType:
+            suite.add(f"generic-{s.value}-{d.value}",
+                      T.CastGeneric(src=slots[s], dst=suite.slot(_nbytes(d, count[s])), len=count[s],
+                                    src_dtype=s, dst_dtype=d))
+    halves_in = half_inputs()
+    h, n = suite.put(halves_in), halves_in.size
+    suite.add("all-f32-to-f16", T.CastF32ToF16(src=h, dst=suite.slot(2 * n), len=n))
+    suite.add("all-f32-to-bf16", T.CastF32ToBf16(src=h, dst=suite.slot(2 * n), len=n))
+    round_in = half_inputs(stride=2039)
+    h, n = suite.put(round_in), round_in.size
+    suite.add("all-round-half-f16", T.RoundHalf(src=h, dst=suite.slot(4 * n), len=n, bf16=False))
+    suite.add("all-round-half-bf16", T.RoundHalf(src=h, dst=suite.slot(4 * n), len=n, bf16=True))
+    rng = np.random.default_rng(5)
+    big = {D.F32: suite.put((rng.standard_normal(BIG) * 1e3).astype(np.float32)),
+           D.F64: suite.put(rng.standard_normal(BIG) * 1e5),
+           D.C64: suite.put(rng.standard_normal((BIG, 2)).astype(np.float32))}
     for n in (0, 1, W - 1, W, W + 1, BIG):
-        names += [f"size-{k}-{n}" for k in ("CastF32ToBf16", "CastF32ToI32", "CastF64ToF32")]
-        names += [f"size-generic-{s}-{d}-{n}" for s, d in (("f64", "f16"), ("c64", "c128"), ("f32", "u8"))]
-        names += [f"size-{k}-{n}" for k in rc.COPY_ITEMSIZE]
-    names += [f"inplace-{k}" for k in ("Copy", "CopyF64", "CopyI64", "CastF32ToI32", "CastI64ToF64", "RoundHalf",
-                                       "generic-c64-i64")]
-    return names
+        for kind, s, d in (("CastF32ToBf16", D.F32, D.BF16), ("CastF32ToI32", D.F32, D.I32),
+                           ("CastF64ToF32", D.F64, D.F32)):
+            suite.add(f"size-{kind}-{n}", getattr(T, kind)(src=big[s], dst=suite.slot(_nbytes(d, n)), len=n))
+        for s, d in ((D.F64, D.F16), (D.C64, D.C128), (D.F32, D.U8)):
+            suite.add(f"size-generic-{s.value}-{d.value}-{n}",
+                      T.CastGeneric(src=big[s], dst=suite.slot(_nbytes(d, n)), len=n, src_dtype=s, dst_dtype=d))
+        for kind, size in rc.COPY_ITEMSIZE.items():
+            suite.add(f"size-{kind}-{n}", getattr(T, kind)(src=big[D.F64], dst=suite.slot(size * n), len=n))
+    for kind, values, dtype in (("Copy", inputs[D.F32], D.F32), ("CopyF64", inputs[D.F64], D.F64),
+                                ("CopyI64", inputs[D.I64], D.I64)):
+        off = suite.put(values.copy())
+        suite.add(f"inplace-{kind}", getattr(T, kind)(src=off, dst=off, len=values.size))
+    for kind, s, d in (("CastF32ToI32", D.F32, D.I32), ("CastI64ToF64", D.I64, D.F64)):
+        off = suite.put(inputs[s].copy())
+        suite.add(f"inplace-{kind}", getattr(T, kind)(src=off, dst=off, len=count[s]))
+    off = suite.put(inputs[D.F32].copy())
+    suite.add("inplace-RoundHalf", T.RoundHalf(src=off, dst=off, len=count[D.F32], bf16=True))
+    off = suite.put(inputs[D.C64].copy())
+    suite.add("inplace-generic-c64-i64", T.CastGeneric(src=off, dst=off, len=count[D.C64], src_dtype=D.C64,
+                                                       dst_dtype=D.I64))
+    return suite
 
 
-@pytest.mark.parametrize("name", _case_names())
-def test_matches_reference_bit_exactly(built: Built, name: str):
-    got, want = built.out(name, built.arena), built.out(name, built.expected)
-    if not np.array_equal(got, want):
-        t, dtype = built.cases[name]
-        size = dtype.itemsize
-        k = int(np.flatnonzero(got != want)[0]) // size
-        pytest.fail(f"{name}: {np.count_nonzero(got != want)} bytes differ; first at element {k}: "
-                    f"got {got[k * size:(k + 1) * size].tobytes().hex()}, "
-                    f"want {want[k * size:(k + 1) * size].tobytes().hex()}")
+SUITE = build()
+
+(outcome, test_matches_reference_bit_exactly, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
-def test_nothing_else_is_written(built: Built):
-    assert np.array_equal(built.arena.bytes, built.expected.bytes)
+def test_nothing_else_is_written(outcome: Outcome):
+    assert np.array_equal(outcome.got, outcome.want)
 
 
-def test_in_place_copy_leaves_data_unchanged(built: Built):
-    t, _ = built.cases["inplace-CopyF64"]
-    assert np.array_equal(built.arena.view(t.src, "f64", t.len).view(np.uint64), edges(D.F64).view(np.uint64))
+def test_in_place_copy_leaves_data_unchanged(outcome: Outcome):
+    t = outcome.case("inplace-CopyF64").thunk
+    assert np.array_equal(outcome.got[t.src:t.src + 8 * t.len].view(np.uint64), edges(D.F64).view(np.uint64))
 
 
 # ── the machine code ─────────────────────────────────────────────────────────
 
 @pytest.mark.parametrize("kind", ["CastF32ToBf16", "CastF32ToF16"])
-def test_half_casts_are_vector_code_without_calls(built: Built, kind: str):
-    asm = built.program.asm(thunk=built.index[f"kind-{kind}"])
+def test_half_casts_are_vector_code_without_calls(outcome: Outcome, kind: str):
+    asm = outcome.program.asm(thunk=outcome.index(f"kind-{kind}"))
     assert "zmm" in asm or "ymm" in asm
     assert "call" not in asm
 
 
-def test_every_converting_cast_is_vector_code_without_calls(built: Built):
+def test_every_converting_cast_is_vector_code_without_calls(outcome: Outcome):
     from rlx_llvm.ir_emit.casts import bit_identical
     bad = []
-    for name, (t, _) in built.cases.items():
+    for name, t in ((c.name, c.thunk) for c in SUITE.cases):
         pair = rc.CAST_DTYPES.get(type(t).__name__) or (getattr(t, "src_dtype", None), getattr(t, "dst_dtype", None))
         if not name.startswith(("kind-", "generic-")) or bit_identical(*pair):
             continue
-        asm = built.program.asm(thunk=built.index[name])
+        asm = outcome.program.asm(thunk=outcome.index(name))
         if "call" in asm or not any(r in asm for r in ("xmm", "ymm", "zmm")):
             bad.append(name)
     assert not bad

@@ -9,28 +9,15 @@ import rlx_llvm as rl
 from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import DType, LaneKind
-from rlx_llvm.jit import host
 from rlx_llvm.ops import Activation, BinaryOp, ChainOperand as In, ChainStep as S, CmpOp
+from tests.harness import W, Suite, suite_tests
 
-W = host().lanes(32)
 Inp, Stp = In.Input, In.Step
 SPECIALS = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, np.inf, -np.inf, np.nan, 1e-40, -1e-40,
                      1e-30, 3.0e38, -3.0e38, 88.0, -88.0, 100.0, -100.0, 1e5, 20.0, -20.0, 7.0, 1e-8],
                     dtype=np.float32)
 _LANE_NP = {LaneKind.F32: np.float32, LaneKind.F16: np.float16, LaneKind.Bf16: np.uint16,
             LaneKind.F64: np.float64}
-
-
-class Layout:
-    """Bump allocator of 64-byte-aligned slots for building one schedule of many thunks."""
-
-    def __init__(self) -> None:
-        self.top = 0
-
-    def slot(self, nbytes: int) -> int:
-        off = self.top
-        self.top += (max(nbytes, 1) + 63) // 64 * 64
-        return off
 
 
 def values(n: int, seed: int, scale: float = 3.0) -> np.ndarray:
@@ -43,56 +30,25 @@ def values(n: int, seed: int, scale: float = 3.0) -> np.ndarray:
     return x
 
 
-def close(got: np.ndarray, want: np.ndarray, rtol: float = 2e-6, atol: float = 2e-6) -> None:
-    got, want = got.astype(np.float64), want.astype(np.float64)
-    assert np.array_equal(np.isnan(got), np.isnan(want)), "NaN positions differ"
-    m = ~np.isnan(want)
-    inf = np.isinf(want[m])
-    assert np.array_equal(got[m][inf], want[m][inf]), "infinities differ"
-    fin = ~inf
-    err = np.abs(got[m][fin] - want[m][fin]) / (atol + rtol * np.abs(want[m][fin]))
-    assert err.size == 0 or err.max() <= 1.0, f"max scaled error {err.max():.2f} at {np.argmax(err)}"
-
-
-class Built:
-    """A schedule of many regions, its inputs, and the reference arena — compiled once."""
-
-    def __init__(self, cases: list[tuple[str, T.ElementwiseRegion, dict]], layout: Layout) -> None:
-        self.cases = {name: (t, inputs) for name, t, inputs in cases}
-        self.arena = rl.Arena(layout.top)
-        for _, t, inputs in cases:
-            for off, data in inputs.items():
-                self.arena.write(off, data)
-        self.schedule = rl.ThunkSchedule([t for _, t, _ in cases], arena_bytes=layout.top)
-        self.expected = rl.Arena.from_bytes(self.arena.bytes)
-        ref.run(self.schedule, self.expected)
-        self.program = rl.compile(self.schedule, cache=False)
-        self.program.run(self.arena)
-
-    def out(self, name: str, arena=None):
-        t, _ = self.cases[name]
-        a = arena or self.arena
-        return a.view(t.dst, _LANE_NP[t.out_lane], t.len)
-
-
-def region(layout: Layout, n: int, chain, n_inputs: int, seed: int, *, lanes=None, out_lane=LaneKind.F32,
-           scalar_mask: int = 0, modulus=None, data=None):
-    """One region over fresh input slots filled with random + special values."""
+def region(s: Suite, n: int, chain, n_inputs: int, seed: int, *, lanes=None, out_lane=LaneKind.F32,
+           scalar_mask: int = 0, modulus=None, data=None) -> T.ElementwiseRegion:
+    """One region over fresh input slots of `s` filled with random + special values."""
     lanes = lanes or (LaneKind.F32,) * n_inputs
     modulus = modulus or (0,) * n_inputs
-    offs, inputs = [], {}
+    offs = []
     for i in range(n_inputs):
         count = 1 if scalar_mask >> i & 1 else (modulus[i] or n)
         arr = data[i] if data is not None else values(count, seed * 31 + i)
-        stored = _bf16(arr) if lanes[i] is LaneKind.Bf16 else arr.astype(_LANE_NP[lanes[i]])
-        off = layout.slot(count * lanes[i].itemsize)
-        offs.append(off)
-        inputs[off] = stored
-    dst = layout.slot(n * out_lane.itemsize)
-    t = T.ElementwiseRegion(dst=dst, len=n, input_offs=tuple(offs), chain=tuple(chain),
-                            scalar_input_mask=scalar_mask, input_modulus=tuple(modulus),
-                            in_lanes=tuple(lanes), out_lane=out_lane)
-    return t, inputs
+        offs.append(s.put(_bf16(arr) if lanes[i] is LaneKind.Bf16 else arr.astype(_LANE_NP[lanes[i]])))
+    dst = s.slot(n * out_lane.itemsize)
+    return T.ElementwiseRegion(dst=dst, len=n, input_offs=tuple(offs), chain=tuple(chain),
+                               scalar_input_mask=scalar_mask, input_modulus=tuple(modulus),
+                               in_lanes=tuple(lanes), out_lane=out_lane)
+
+
+def output(t: T.ElementwiseRegion) -> list:
+    """The region's output record for `Suite.add`."""
+    return [(t.dst, np.dtype(_LANE_NP[t.out_lane]), t.len)]
 
 
 def _bf16(x: np.ndarray) -> np.ndarray:
@@ -106,84 +62,71 @@ EXACT_ACTS = {Activation.Relu, Activation.Neg, Activation.Abs, Activation.Round,
               Activation.Ceil, Activation.Sign}
 
 
-def _cases():
-    lay = Layout()
+def exact(name: str, t: T.ElementwiseRegion) -> bool:
+    """Cases whose every step is exact (or whose bf16 output rounds away any difference)."""
+    return (t.out_lane is LaneKind.Bf16
+            or name.startswith(("cmp_", "where", "scalar", "modulus", "bias", "in_lane", "cast_"))
+            or name.startswith("act_") and t.chain[0].act in EXACT_ACTS
+            or name.startswith("bin_") and t.chain[0].op not in (BinaryOp.Pow, BinaryOp.Atan2))
+
+
+def all_cases() -> Suite:
+    """Every region case in one arena: exact cases value-exact (NaN = NaN, ±0 equal), the rest within 4e-6."""
+    lay = Suite()
     cases = []
     for k, act in enumerate(Activation):
         x = values(N, 100 + k)
-        cases.append((f"act_{act.name}", *region(lay, N, [S.Activation(act, Inp(0))], 1, 100 + k, data=[x])))
+        cases.append((f"act_{act.name}", region(lay, N, [S.Activation(act, Inp(0))], 1, 100 + k, data=[x])))
     for k, op in enumerate(BinaryOp):
-        cases.append((f"bin_{op.name}", *region(lay, N, [S.Binary(op, Inp(0), Inp(1))], 2, 200 + k)))
+        cases.append((f"bin_{op.name}", region(lay, N, [S.Binary(op, Inp(0), Inp(1))], 2, 200 + k)))
     for k, op in enumerate(CmpOp):
-        cases.append((f"cmp_{op.name}", *region(lay, N, [S.Compare(op, Inp(0), Inp(1))], 2, 300 + k)))
-    cases.append(("where", *region(lay, N, [S.Where(Inp(0), Inp(1), Inp(2))], 3, 400)))
+        cases.append((f"cmp_{op.name}", region(lay, N, [S.Compare(op, Inp(0), Inp(1))], 2, 300 + k)))
+    cases.append(("where", region(lay, N, [S.Where(Inp(0), Inp(1), Inp(2))], 3, 400)))
     for k, dt in enumerate(DType):
-        cases.append((f"cast_{dt.name}", *region(lay, N, [S.Cast(dt, Inp(0))], 1, 500 + k, data=[
+        cases.append((f"cast_{dt.name}", region(lay, N, [S.Cast(dt, Inp(0))], 1, 500 + k, data=[
             values(N, 500 + k, scale=1e5)])))
     for k, lane in enumerate(LaneKind):
-        cases.append((f"in_lane_{lane.name}", *region(lay, N, [S.Binary(BinaryOp.Add, Inp(0), Inp(1))], 2,
-                                                     600 + k, lanes=(lane, LaneKind.F32))))
-        cases.append((f"out_lane_{lane.name}", *region(lay, N, [S.Binary(BinaryOp.Mul, Inp(0), Inp(1))], 2,
-                                                      610 + k, out_lane=lane)))
+        cases.append((f"in_lane_{lane.name}", region(lay, N, [S.Binary(BinaryOp.Add, Inp(0), Inp(1))], 2,
+                                                    600 + k, lanes=(lane, LaneKind.F32))))
+        cases.append((f"out_lane_{lane.name}", region(lay, N, [S.Binary(BinaryOp.Mul, Inp(0), Inp(1))], 2,
+                                                     610 + k, out_lane=lane)))
     for n in (0, 1, W - 1, W, W + 1, 1_000_003):
-        cases.append((f"size_{n}", *region(lay, n, [S.Binary(BinaryOp.Add, Inp(0), Inp(1)),
-                                                     S.Activation(Activation.GeluApprox, Stp(0))], 2, 700 + n % 97)))
-    cases.append(("scalar", *region(lay, N, [S.Binary(BinaryOp.Mul, Inp(0), Inp(1)),
-                                             S.Binary(BinaryOp.Add, Stp(0), Inp(2))], 3, 800, scalar_mask=0b110)))
+        cases.append((f"size_{n}", region(lay, n, [S.Binary(BinaryOp.Add, Inp(0), Inp(1)),
+                                                    S.Activation(Activation.GeluApprox, Stp(0))], 2, 700 + n % 97)))
+    cases.append(("scalar", region(lay, N, [S.Binary(BinaryOp.Mul, Inp(0), Inp(1)),
+                                            S.Binary(BinaryOp.Add, Stp(0), Inp(2))], 3, 800, scalar_mask=0b110)))
     for m in (1, 2, 3, 7, W, 3 * W, 4 * W + 3):
         n = m * 5
-        cases.append((f"modulus_{m}", *region(lay, n, [S.Binary(BinaryOp.Sub, Inp(0), Inp(1))], 2, 900 + m,
-                                              modulus=(0, m))))
-    cases.append(("bias_tiled_bf16", *region(lay, 64 * 33, [S.Binary(BinaryOp.Add, Inp(0), Inp(1))], 2, 950,
-                                             modulus=(0, 33), lanes=(LaneKind.F32, LaneKind.Bf16))))
+        cases.append((f"modulus_{m}", region(lay, n, [S.Binary(BinaryOp.Sub, Inp(0), Inp(1))], 2, 900 + m,
+                                             modulus=(0, m))))
+    cases.append(("bias_tiled_bf16", region(lay, 64 * 33, [S.Binary(BinaryOp.Add, Inp(0), Inp(1))], 2, 950,
+                                            modulus=(0, 33), lanes=(LaneKind.F32, LaneKind.Bf16))))
     # 16 inputs, 32 steps: a long dependent chain touching every input
     chain = [S.Binary(BinaryOp.Add, Inp(0), Inp(1))]
     for k in range(1, 32):
         op = (BinaryOp.Add, BinaryOp.Mul, BinaryOp.Max, BinaryOp.Sub)[k % 4]
         chain.append(S.Binary(op, Stp(k - 1), Inp((k + 1) % 16)))
-    cases.append(("wide", *region(lay, N, chain, 16, 1000, data=[values(N, 1000 + i, 0.5) for i in range(16)])))
-    return cases, lay
+    cases.append(("wide", region(lay, N, chain, 16, 1000, data=[values(N, 1000 + i, 0.5) for i in range(16)])))
+    for name, t in cases:
+        how = dict(exact=True, zero_sign=False) if exact(name, t) else dict(rtol=4e-6, atol=4e-6)
+        lay.add(name, t, output(t), **how)
+    return lay
 
 
-@pytest.fixture(scope="module")
-def built() -> Built:
-    cases, lay = _cases()
-    return Built(cases, lay)
+SUITE = all_cases()
+
+(outcome, test_region_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
-def _names():
-    return [name for name, _, _ in _cases()[0]]
-
-
-@pytest.mark.parametrize("name", _names())
-def test_region_matches_reference(built: Built, name: str):
-    got, want = built.out(name), built.out(name, built.expected)
-    t, _ = built.cases[name]
-    if t.out_lane is LaneKind.Bf16 or name.startswith(("cmp_", "where", "scalar", "modulus", "bias", "in_lane",
-                                                        "cast_")) \
-            or name.startswith("act_") and t.chain[0].act in EXACT_ACTS \
-            or name.startswith("bin_") and t.chain[0].op not in (BinaryOp.Pow, BinaryOp.Atan2) :
-        if t.out_lane is LaneKind.Bf16:
-            assert np.array_equal(got, want)
-        else:
-            np.testing.assert_array_equal(got, want)
-    else:
-        close(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=4e-6, atol=4e-6)
 
 
 def test_in_place_region():
-    lay = Layout()
-    t, inputs = region(lay, N, [S.Activation(Activation.Tanh, Inp(0)), S.Binary(BinaryOp.Mul, Stp(0), Inp(1))],
-                       2, 7)
+    lay = Suite()
+    t = region(lay, N, [S.Activation(Activation.Tanh, Inp(0)), S.Binary(BinaryOp.Mul, Stp(0), Inp(1))], 2, 7)
     t = T.ElementwiseRegion(dst=t.input_offs[0], len=t.len, input_offs=t.input_offs, chain=t.chain)
-    arena = rl.Arena(lay.top)
-    for off, d in inputs.items():
-        arena.write(off, d)
-    expected = rl.Arena.from_bytes(arena.bytes)
-    sched = rl.ThunkSchedule([t], arena_bytes=lay.top)
-    ref.run(sched, expected)
-    rl.compile(sched, cache=False).run(arena)
-    close(arena.read(t.dst, "f32", t.len), expected.read(t.dst, "f32", t.len))
+    lay.add("in_place", t, output(t), rtol=2e-6, atol=2e-6)
+    lay.run().check("in_place")
 
 
 def test_empty_chain_and_zero_len_are_noops():
@@ -229,21 +172,22 @@ def random_regions(draw):
     lanes = tuple(draw(st.sampled_from(LANES)) for _ in range(n_in))
     out_lane = draw(st.sampled_from(LANES))
     seed = draw(st.integers(0, 2**16))
-    lay = Layout()
+    lay = Suite()
     data = [values(1 if scalar >> i & 1 else (modulus[i] or n), seed + i, scale=2.0) for i in range(n_in)]
-    t, inputs = region(lay, n, chain, n_in, seed, lanes=lanes, out_lane=out_lane, scalar_mask=scalar,
-                       modulus=modulus, data=data)
-    return t, inputs, lay.top
+    t = region(lay, n, chain, n_in, seed, lanes=lanes, out_lane=out_lane, scalar_mask=scalar,
+               modulus=modulus, data=data)
+    lay.add("r", t, output(t))
+    return t, lay
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_regions())
 def test_random_regions_match_reference(case):
     """Random chains over every operand kind, lane, scalar and tiled input match the oracle."""
-    t, inputs, nbytes = case
-    b = Built([("r", t, inputs)], _sized(nbytes))
-    got = np.asarray(b.out("r")).astype(np.float64)
-    want = np.asarray(b.out("r", b.expected)).astype(np.float64)
+    t, lay = case
+    ran = lay.run()
+    got = ran.output("r").astype(np.float64)
+    want = ran.output("r", arena=ran.want).astype(np.float64)
     if t.out_lane is LaneKind.Bf16:
         from rlx_llvm.reference.halves import bf16_bits_to_f32
         got, want = bf16_bits_to_f32(got.astype(np.uint16)), bf16_bits_to_f32(want.astype(np.uint16))
@@ -252,17 +196,11 @@ def test_random_regions_match_reference(case):
     assert ok.mean() >= 0.95, (t, got[~ok][:5], want[~ok][:5])
 
 
-def _sized(nbytes: int) -> Layout:
-    lay = Layout()
-    lay.top = nbytes
-    return lay
-
-
 def test_gelu_region_hot_loop_is_vectorized():
-    lay = Layout()
-    t, _ = region(lay, 1 << 16, [S.Binary(BinaryOp.Add, Inp(0), Inp(1)), S.Activation(Activation.Gelu, Stp(0))],
+    lay = Suite()
+    t = region(lay, 1 << 16, [S.Binary(BinaryOp.Add, Inp(0), Inp(1)), S.Activation(Activation.Gelu, Stp(0))],
                   2, 3, modulus=(0, 4096))
-    prog = rl.compile(rl.ThunkSchedule([t], arena_bytes=lay.top), cache=False)
+    prog = rl.compile(rl.ThunkSchedule([t], arena_bytes=lay.nbytes), cache=False)
     asm = prog.asm(thunk=0)
     body = asm.split("%i.vec.body")[1] if "%i.vec.body" in asm else asm
     assert "zmm" in asm or "ymm" in asm
