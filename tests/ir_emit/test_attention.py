@@ -1,5 +1,6 @@
-"""Attention, Rope, AxialRope2d and FusedSwiGLU against their float64 NumPy references, all cases in
-one compiled schedule (tests/harness.py)."""
+"""Attention, Rope, AxialRope2d, FusedSwiGLU and RopeBackward against their float64 NumPy references, all
+cases in one compiled schedule (tests/harness.py); RopeBackward's reference against the transposed Jacobian
+of Rope's."""
 from __future__ import annotations
 
 import math
@@ -11,7 +12,7 @@ import rlx_llvm.ir_emit.attention  # noqa: F401  (registers the lowerings)
 import rlx_llvm.reference.attention  # noqa: F401  (registers the references)
 from rlx_llvm import thunks as T
 from rlx_llvm.ops import MaskKind
-from tests.harness import W, Outcome, Suite, expect_invalid, suite_tests
+from tests.harness import W, Outcome, Suite, expect_invalid, f32_at, forward_matrix, run_reference, suite_tests
 
 MASKS = (MaskKind.None_, MaskKind.Causal, MaskKind.SlidingWindow(2), MaskKind.Custom, MaskKind.Bias)
 
@@ -77,6 +78,31 @@ def add_rope(s: Suite, name: str, *, batch=2, seq=5, heads=2, head_dim=16, n_rot
     t = T.Rope(src=src, cos=cos, sin=sin, dst=dst, batch=batch, seq=seq, hidden=hidden, head_dim=head_dim,
                n_rot=n_rot, cos_len=rows * crs, cos_row_stride=crs, src_row_stride=srs, interleaved=interleaved)
     s.add(name, t, [o], rtol=1e-6, atol=1e-6)
+
+
+ROPES = [  # (batch, seq, heads, head_dim, n_rot, table rows, cos_row_stride)
+    (2, 5, 3, 8, 8, 5, 4), (1, 7, 2, 2 * W + 4, 2 * W + 2, 7, W + 1), (2, 3, 2, 64, 32, 6, 16),
+    (3, 4, 1, 6, 4, 4, 5), (1, 1, 1, 2, 2, 1, 1), (2, 4, 2, 16, 0, 4, 8), (4, 33, 4, 128, 128, 33, 64)]
+
+
+def add_rope_backward(s: Suite) -> None:
+    """RopeBackward over the ROPES geometries, both layouts, and in place."""
+    for k, (batch, seq, heads, hd, n_rot, tab_rows, stride) in enumerate(ROPES):
+        for interleaved in (False, True):
+            hidden = heads * hd
+            n = batch * seq * hidden
+            cos_len = tab_rows * stride
+            ang = s.rng.uniform(-3, 3, cos_len)
+            dx, o = s.out(np.float32, n)
+            s.add(f"RopeBackward-{k}-il{int(interleaved)}",
+                  T.RopeBackward(dy=s.put(s.normal(n)), cos=s.put(np.cos(ang).astype(np.float32)),
+                                 sin=s.put(np.sin(ang).astype(np.float32)), dx=dx, batch=batch, seq=seq, hidden=hidden,
+                                 head_dim=hd, n_rot=n_rot, cos_len=cos_len, cos_row_stride=stride,
+                                 interleaved=interleaved), [o])
+    dy = s.put(s.normal(2 * 3 * 8))
+    s.add("RopeBackward-inplace", T.RopeBackward(dy=dy, cos=s.put(s.normal(12)), sin=s.put(s.normal(12)), dx=dy,
+                                                 batch=2, seq=3, hidden=8, head_dim=8, n_rot=6, cos_len=12,
+                                                 cos_row_stride=4, interleaved=False), [(dy, np.dtype(np.float32), 48)])
 
 
 def build() -> Suite:
@@ -169,6 +195,7 @@ def build() -> Suite:
             s.add(f"swiglu-{rows}x{n}-gf{int(gate_first)}",
                   T.FusedSwiGLU(src=src, dst=dst, n_half=n, total=rows * n, gate_first=gate_first), [o],
                   rtol=1e-5, atol=1e-6)
+    add_rope_backward(s)
     return s
 
 
@@ -297,3 +324,38 @@ def test_custom_mask_uses_the_schedule_threshold() -> None:
     ref.REFERENCES["Attention"](want, t)
     np.testing.assert_allclose(arena.bytes[out:top].view(np.float32), want[out:top].view(np.float32),
                                rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("per_token", [False, True])
+def test_rope_backward_is_the_transpose_of_rope(interleaved: bool, per_token: bool) -> None:
+    """`RopeBackward(dy) = Jᵀ dy` with J the forward Rope reference's matrix (stride > n_rot/2, partial n_rot)."""
+    rng = np.random.default_rng(2)
+    batch, seq, heads, hd, n_rot, stride = 2, 3, 2, 6, 4, 3
+    hidden, n = heads * hd, batch * seq * heads * hd
+    cos_len = (batch * seq if per_token else seq) * stride
+    cos, sin = rng.standard_normal(cos_len).astype(np.float32), rng.standard_normal(cos_len).astype(np.float32)
+    geo = dict(cos=1024, sin=2048, batch=batch, seq=seq, hidden=hidden, head_dim=hd, n_rot=n_rot, cos_len=cos_len,
+               cos_row_stride=stride, interleaved=interleaved)
+    fwd = lambda e, m: f32_at(run_reference(T.Rope(src=0, dst=4096, src_row_stride=hidden, **geo), 8192,  # noqa: E731
+                                       {0: e, 1024: cos, 2048: sin}), 4096, m)
+    jac = forward_matrix(fwd, n, n)
+    dy = rng.standard_normal(n).astype(np.float32)
+    got = f32_at(run_reference(T.RopeBackward(dy=0, dx=4096, **geo), 8192, {0: dy, 1024: cos, 2048: sin}), 4096, n)
+    np.testing.assert_allclose(got, (jac @ dy.astype(np.float64)).astype(np.float32), rtol=1e-6, atol=1e-6)
+
+
+# ── bad inputs: RopeBackward takes Rope's rules ─────────────────────────────
+
+def _rope_backward(**kw) -> T.RopeBackward:
+    base = dict(dy=0, cos=1024, sin=2048, dx=3072, batch=1, seq=4, hidden=16, head_dim=8, n_rot=8, cos_len=16,
+                cos_row_stride=4, interleaved=False)
+    base.update(kw)
+    return T.RopeBackward(**base)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(head_dim=6), "head_dim"), (dict(head_dim=0), "head_dim"), (dict(n_rot=5), "n_rot"),
+    (dict(n_rot=10), "n_rot"), (dict(cos_row_stride=3), "cos_row_stride"), (dict(cos_len=15), "cos_len")])
+def test_rope_backward_rejects(kw: dict, field: str) -> None:
+    expect_invalid(_rope_backward(**kw), 4096, field)

@@ -1,4 +1,4 @@
-"""Indexing lowerings (gathers, scatters) against the NumPy reference and the ONNX operator spec.
+"""Indexing lowerings (gathers, scatters, GatherBackward) against the NumPy reference and the ONNX operator spec.
 
 One schedule over one arena of random bytes (tests/harness.py), compiled as is and with streaming
 forced on.  Indices are data, so every kind also runs on hostile index values (NaN,
@@ -15,7 +15,8 @@ import rlx_llvm as rl
 from rlx_llvm import thunks as T
 from rlx_llvm.errors import ValidationError
 from rlx_llvm.ops import ScatterNdReduction as Red
-from tests.harness import Outcome, Suite, expect_invalid, streaming_forced, suite_tests
+from tests.harness import (WIDTHS, Outcome, Suite, expect_invalid, f32_at, forward_matrix, run_reference,
+                           streaming_forced, suite_tests)
 
 RNG = np.random.default_rng(11)
 REDUCTIONS = (Red.None_, Red.Add, Red.Mul, Red.Max, Red.Min)
@@ -297,10 +298,32 @@ def add_onnx_scatters(s: Suite) -> None:
                      expect=[[0, 2, 0, 0], [1, 4, 0, 0], [3, 0, 0, 0]])
 
 
+def gather_ids(s: Suite, num_idx: int, axis_dim: int) -> np.ndarray:
+    """Random in-range ids (with repeats), then the edge ids: fractional, negative, NaN, out of range."""
+    ids = s.rng.integers(0, max(axis_dim, 1), num_idx).astype(np.float32)
+    edge = [axis_dim - 0.5, -3.0, np.nan, float(axis_dim), 1e9, np.inf, 2.7, -np.inf]
+    ids[:min(num_idx, len(edge))] = edge[:num_idx]
+    return ids.astype(np.float32)
+
+
+def add_gather_backward(s: Suite) -> None:
+    """GatherBackward (repeated and hostile ids: fractional, negative, NaN, ±inf, out of range), empty shapes."""
+    shapes = [(2, 5, 11, t) for t in WIDTHS] + [(1, 1, 1, 1), (3, 4, 0, 7), (0, 4, 3, 7), (2, 0, 3, 5),
+                                                 (4, 37, 300, 64)]
+    for outer, axis_dim, num_idx, trailing in shapes:
+        dy = s.normal(outer * num_idx * trailing)
+        if dy.size > 3:
+            dy[1], dy[2] = np.nan, np.inf
+        dst, o = s.out(np.float32, outer * axis_dim * trailing)
+        s.add(f"GatherBackward-{outer}x{axis_dim}x{num_idx}x{trailing}{'!' if num_idx else ''}",
+              T.GatherBackward(dy=s.put(dy), indices=s.put(gather_ids(s, num_idx, axis_dim)), dst=dst, outer=outer,
+                               axis_dim=axis_dim, num_idx=num_idx, trailing=trailing), [o], exact=True)
+
+
 def build_suite() -> Suite:
     s = Suite(5)
     for add in (add_gathers, add_nd_and_elements, add_scatter_adds, add_scatters, add_onnx_gathers,
-                add_onnx_scatters):
+                add_onnx_scatters, add_gather_backward):
         add(s)
     return s
 
@@ -336,7 +359,7 @@ def test_onnx_spec_example(outcome: Outcome, name: str) -> None:
 def test_every_indexing_kind_is_lowered_and_attacked():
     kinds = {type(c.thunk).__name__ for c in SUITE.cases}
     assert kinds == {"Gather", "GatherAxis", "GatherNd", "GatherElements", "ScatterAdd", "ScatterNd",
-                     "ScatterElements"}
+                     "ScatterElements", "GatherBackward"}
     assert {k: rl.coverage()[k] for k in kinds} == {k: "llvm" for k in kinds}
     attacked = {type(c.thunk).__name__ for c in SUITE.cases if "!" in c.name or "random_index_bytes" in c.name}
     assert attacked == kinds
@@ -423,3 +446,18 @@ def test_updates_may_not_alias_the_output():
                 updates_len=6, indices_len=6, indices_i64=0, reduction=Red.Add)
     with pytest.raises(ValidationError):
         rl.compile(rl.ThunkSchedule([T.ScatterNd(**same)], arena_bytes=4096), cache=False)
+
+
+def test_gather_backward_is_the_transpose_of_gather_axis() -> None:
+    """Including repeated ids (summed) and ids Gather skips (no gradient)."""
+    outer, axis_dim, trailing = 2, 4, 3
+    ids = np.array([1, 3, 1, 7, -2, np.nan, 2.5], np.float32)
+    geo = dict(outer=outer, axis_dim=axis_dim, num_idx=ids.size, trailing=trailing)
+    n_in, n_out = outer * axis_dim * trailing, outer * ids.size * trailing
+    gather = T.GatherAxis(table=0, idx=1024, dst=2048, idx_i64=0, table_bytes=4, **geo)
+    fwd = lambda e, m: f32_at(run_reference(gather, 4096, {0: e, 1024: ids}), 2048, m)  # noqa: E731
+    jac = forward_matrix(fwd, n_in, n_out)
+    dy = np.random.default_rng(4).standard_normal(n_out).astype(np.float32)
+    got = f32_at(run_reference(T.GatherBackward(dy=0, indices=1024, dst=2048, **geo), 4096, {0: dy, 1024: ids}),
+                  2048, n_in)
+    np.testing.assert_allclose(got, jac @ dy.astype(np.float64), rtol=1e-6, atol=1e-6)

@@ -1,17 +1,14 @@
-"""Norm, cumsum, gather and RoPE backward kernels: native code against the float64 references (one
-compiled schedule), and the references against the math — finite differences of the forward norms,
-and the transposed Jacobian of the forward Rope / Cumsum / GatherAxis references."""
+"""Norm backward kernels: native code against the float64 references (one compiled schedule), and the
+references against the math — finite differences of the forward norms."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
-from rlx_llvm.dtypes import DType
 from rlx_llvm.reference import norms_backward as nb
 from rlx_llvm.reference.norms import normalize_rows
-from tests.harness import W, WIDTHS, Suite, expect_invalid, special_rows, suite_tests
+from tests.harness import W, WIDTHS, Suite, expect_invalid, f32_at, run_reference, special_rows, suite_tests
 
 F32 = np.dtype(np.float32)
 
@@ -59,67 +56,6 @@ def add_norms(s: Suite) -> None:
         add_param_grad(s, kind, 97, h, s.normal(97 * h, scale=2.0, shift=0.5), s.normal(97 * h), tag="-threads")
     for kind in INPUT_KINDS:
         add_input_grad(s, kind, 5, 40, s.normal(200), tag="-inplace", inplace=True)
-
-
-def add_cumsum(s: Suite) -> None:
-    shapes = [(rows, cols) for cols in WIDTHS for rows in ((0, 1, 5) if cols == 771 else (5,))] + [(97, 3001)]
-    for rows, cols in shapes:
-        for exclusive in (False, True):
-            dy = s.normal(rows * cols)
-            if rows == 5 and cols > 2:
-                dy[cols + 1], dy[2 * cols], dy[3 * cols + cols // 2] = np.nan, np.inf, -np.inf
-            dx, o = s.out(np.float32, rows * cols)
-            s.add(f"CumsumBackward-{rows}x{cols}-ex{int(exclusive)}",
-                  T.CumsumBackward(dy=s.put(dy), dx=dx, rows=rows, cols=cols, exclusive=exclusive), [o],
-                  rtol=1e-4, atol=1e-4)
-    dy = s.put(s.normal(3 * 50))
-    s.add("CumsumBackward-inplace", T.CumsumBackward(dy=dy, dx=dy, rows=3, cols=50, exclusive=True),
-          [(dy, F32, 150)], rtol=1e-4, atol=1e-4)
-
-
-def gather_ids(s: Suite, num_idx: int, axis_dim: int) -> np.ndarray:
-    """Random in-range ids (with repeats), then the edge ids: fractional, negative, NaN, out of range."""
-    ids = s.rng.integers(0, max(axis_dim, 1), num_idx).astype(np.float32)
-    edge = [axis_dim - 0.5, -3.0, np.nan, float(axis_dim), 1e9, np.inf, 2.7, -np.inf]
-    ids[:min(num_idx, len(edge))] = edge[:num_idx]
-    return ids.astype(np.float32)
-
-
-def add_gather(s: Suite) -> None:
-    shapes = [(2, 5, 11, t) for t in WIDTHS] + [(1, 1, 1, 1), (3, 4, 0, 7), (0, 4, 3, 7), (2, 0, 3, 5),
-                                                 (4, 37, 300, 64)]
-    for outer, axis_dim, num_idx, trailing in shapes:
-        dy = s.normal(outer * num_idx * trailing)
-        if dy.size > 3:
-            dy[1], dy[2] = np.nan, np.inf
-        dst, o = s.out(np.float32, outer * axis_dim * trailing)
-        s.add(f"GatherBackward-{outer}x{axis_dim}x{num_idx}x{trailing}",
-              T.GatherBackward(dy=s.put(dy), indices=s.put(gather_ids(s, num_idx, axis_dim)), dst=dst, outer=outer,
-                               axis_dim=axis_dim, num_idx=num_idx, trailing=trailing), [o], exact=True)
-
-
-ROPES = [  # (batch, seq, heads, head_dim, n_rot, table rows, cos_row_stride)
-    (2, 5, 3, 8, 8, 5, 4), (1, 7, 2, 2 * W + 4, 2 * W + 2, 7, W + 1), (2, 3, 2, 64, 32, 6, 16),
-    (3, 4, 1, 6, 4, 4, 5), (1, 1, 1, 2, 2, 1, 1), (2, 4, 2, 16, 0, 4, 8), (4, 33, 4, 128, 128, 33, 64)]
-
-
-def add_rope(s: Suite) -> None:
-    for k, (batch, seq, heads, hd, n_rot, tab_rows, stride) in enumerate(ROPES):
-        for interleaved in (False, True):
-            hidden = heads * hd
-            n = batch * seq * hidden
-            cos_len = tab_rows * stride
-            ang = s.rng.uniform(-3, 3, cos_len)
-            dx, o = s.out(np.float32, n)
-            s.add(f"RopeBackward-{k}-il{int(interleaved)}",
-                  T.RopeBackward(dy=s.put(s.normal(n)), cos=s.put(np.cos(ang).astype(np.float32)),
-                                 sin=s.put(np.sin(ang).astype(np.float32)), dx=dx, batch=batch, seq=seq, hidden=hidden,
-                                 head_dim=hd, n_rot=n_rot, cos_len=cos_len, cos_row_stride=stride,
-                                 interleaved=interleaved), [o])
-    dy = s.put(s.normal(2 * 3 * 8))
-    s.add("RopeBackward-inplace", T.RopeBackward(dy=dy, cos=s.put(s.normal(12)), sin=s.put(s.normal(12)), dx=dy,
-                                                 batch=2, seq=3, hidden=8, head_dim=8, n_rot=6, cos_len=12,
-                                                 cos_row_stride=4, interleaved=False), [(dy, F32, 48)])
 
 
 def add_batch_norm(s: Suite) -> None:
@@ -213,9 +149,6 @@ def build() -> Suite:
     add_modulations(s)
     add_batch_norm(s)
     add_group_norm(s)
-    add_cumsum(s)
-    add_gather(s)
-    add_rope(s)
     return s
 
 
@@ -281,13 +214,13 @@ def test_batch_norm_inference_gradients_are_the_derivatives_of_the_forward() -> 
     inputs = {0: x, 256: g, 512: b, 768: mean, 1024: var, 1536: dy}
 
     def loss(off: int, v: np.ndarray) -> float:   # Σ dy·BatchNormInference(...) with input `off` replaced by v
-        y = out_f32(run_ref(T.BatchNormInference(src=0, g=256, b=512, mean=768, var=1024, dst=2048, **geo), 4096,
+        y = f32_at(run_reference(T.BatchNormInference(src=0, g=256, b=512, mean=768, var=1024, dst=2048, **geo), 4096,
                             {**inputs, off: v.astype(np.float32)}), 2048, count * ch)
         return float(y.astype(np.float64) @ dy.astype(np.float64))
 
     def fd(off: int, v: np.ndarray) -> np.ndarray:   # the forward is affine in x, g and b: any step will do
         return np.array([(loss(off, v + e / 8) - loss(off, v - e / 8)) * 4 for e in np.eye(v.size, dtype=np.float32)])
-    bwd = lambda thunk, off, m: out_f32(run_ref(thunk, 4096, inputs), off, m)  # noqa: E731
+    bwd = lambda thunk, off, m: f32_at(run_reference(thunk, 4096, inputs), off, m)  # noqa: E731
     dx = bwd(T.BatchNormInferenceBackwardInput(x=0, gamma=256, mean=768, var=1024, dy=1536, dx=2048, **geo), 2048,
              x.size)
     dg = bwd(T.BatchNormInferenceBackwardGamma(x=0, mean=768, var=1024, dy=1536, dgamma=2048, **geo), 2048, ch)
@@ -306,99 +239,13 @@ def test_group_norm_backward_gamma_needs_a_group() -> None:
                    4096, "num_groups")
 
 
-def forward_matrix(forward, n_in: int, n_out: int) -> np.ndarray:
-    """`[n_in, n_out]`: row i is the forward reference applied to the i-th basis vector (f32 arena)."""
-    rows = []
-    for i in range(n_in):
-        e = np.zeros(n_in, np.float32)
-        e[i] = 1.0
-        rows.append(forward(e, n_out).astype(np.float64))
-    return np.array(rows)
-
-
-def run_ref(thunk, nbytes: int, inputs: dict) -> np.ndarray:
-    """Run one reference on a fresh zeroed arena holding `inputs` (offset → f32 array)."""
-    ref.load_all()
-    arena = np.zeros(nbytes, np.uint8)
-    for off, v in inputs.items():
-        arena[off:off + v.nbytes] = v.view(np.uint8)
-    ref.REFERENCES[type(thunk).__name__](arena, thunk)
-    return arena
-
-
-def out_f32(arena: np.ndarray, off: int, n: int) -> np.ndarray:
-    return arena[off:off + 4 * n].view(np.float32)
-
-
-@pytest.mark.parametrize("interleaved", [False, True])
-@pytest.mark.parametrize("per_token", [False, True])
-def test_rope_backward_is_the_transpose_of_rope(interleaved: bool, per_token: bool) -> None:
-    """`RopeBackward(dy) = Jᵀ dy` with J the forward Rope reference's matrix (stride > n_rot/2, partial n_rot)."""
-    rng = np.random.default_rng(2)
-    batch, seq, heads, hd, n_rot, stride = 2, 3, 2, 6, 4, 3
-    hidden, n = heads * hd, batch * seq * heads * hd
-    cos_len = (batch * seq if per_token else seq) * stride
-    cos, sin = rng.standard_normal(cos_len).astype(np.float32), rng.standard_normal(cos_len).astype(np.float32)
-    geo = dict(cos=1024, sin=2048, batch=batch, seq=seq, hidden=hidden, head_dim=hd, n_rot=n_rot, cos_len=cos_len,
-               cos_row_stride=stride, interleaved=interleaved)
-    fwd = lambda e, m: out_f32(run_ref(T.Rope(src=0, dst=4096, src_row_stride=hidden, **geo), 8192,  # noqa: E731
-                                       {0: e, 1024: cos, 2048: sin}), 4096, m)
-    jac = forward_matrix(fwd, n, n)
-    dy = rng.standard_normal(n).astype(np.float32)
-    got = out_f32(run_ref(T.RopeBackward(dy=0, dx=4096, **geo), 8192, {0: dy, 1024: cos, 2048: sin}), 4096, n)
-    np.testing.assert_allclose(got, (jac @ dy.astype(np.float64)).astype(np.float32), rtol=1e-6, atol=1e-6)
-
-
-@pytest.mark.parametrize("exclusive", [False, True])
-def test_cumsum_backward_is_the_transpose_of_cumsum(exclusive: bool) -> None:
-    rows, cols = 2, 9
-    cumsum = T.Cumsum(src=0, dst=1024, rows=rows, cols=cols, exclusive=exclusive, dtype=DType.F32)
-    fwd = lambda e, m: out_f32(run_ref(cumsum, 2048, {0: e}), 1024, m)  # noqa: E731
-    jac = forward_matrix(fwd, rows * cols, rows * cols)
-    dy = np.random.default_rng(3).standard_normal(rows * cols).astype(np.float32)
-    got = out_f32(run_ref(T.CumsumBackward(dy=0, dx=1024, rows=rows, cols=cols, exclusive=exclusive), 2048,
-                          {0: dy}), 1024, rows * cols)
-    np.testing.assert_allclose(got, jac @ dy.astype(np.float64), rtol=1e-6, atol=1e-6)
-
-
-def test_gather_backward_is_the_transpose_of_gather_axis() -> None:
-    """Including repeated ids (summed) and ids Gather skips (no gradient)."""
-    outer, axis_dim, trailing = 2, 4, 3
-    ids = np.array([1, 3, 1, 7, -2, np.nan, 2.5], np.float32)
-    geo = dict(outer=outer, axis_dim=axis_dim, num_idx=ids.size, trailing=trailing)
-    n_in, n_out = outer * axis_dim * trailing, outer * ids.size * trailing
-    gather = T.GatherAxis(table=0, idx=1024, dst=2048, idx_i64=0, table_bytes=4, **geo)
-    fwd = lambda e, m: out_f32(run_ref(gather, 4096, {0: e, 1024: ids}), 2048, m)  # noqa: E731
-    jac = forward_matrix(fwd, n_in, n_out)
-    dy = np.random.default_rng(4).standard_normal(n_out).astype(np.float32)
-    got = out_f32(run_ref(T.GatherBackward(dy=0, indices=1024, dst=2048, **geo), 4096, {0: dy, 1024: ids}),
-                  2048, n_in)
-    np.testing.assert_allclose(got, jac @ dy.astype(np.float64), rtol=1e-6, atol=1e-6)
-
-
-# ── bad inputs: RopeBackward takes Rope's rules ─────────────────────────────
-
-def _rope_backward(**kw) -> T.RopeBackward:
-    base = dict(dy=0, cos=1024, sin=2048, dx=3072, batch=1, seq=4, hidden=16, head_dim=8, n_rot=8, cos_len=16,
-                cos_row_stride=4, interleaved=False)
-    base.update(kw)
-    return T.RopeBackward(**base)
-
-
-@pytest.mark.parametrize("kw, field", [
-    (dict(head_dim=6), "head_dim"), (dict(head_dim=0), "head_dim"), (dict(n_rot=5), "n_rot"),
-    (dict(n_rot=10), "n_rot"), (dict(cos_row_stride=3), "cos_row_stride"), (dict(cos_len=15), "cos_len")])
-def test_rope_backward_rejects(kw: dict, field: str) -> None:
-    expect_invalid(_rope_backward(**kw), 4096, field)
-
-
 # ── AdaLayerNorm / GatedResidual backward against finite differences of the forward references ──
 
 def _ada_forward(x, scale, shift, offs, ln: bool, eps: float) -> np.ndarray:
     rows, h = x.shape
     t = T.AdaLayerNorm(src=0, scale=1024, shift=2048, dst=4096, rows=rows, h=h, eps=eps, layer_norm=ln,
                        mod_len=scale.size, mod_off=offs)
-    return out_f32(run_ref(t, 8192, {0: x.astype(np.float32).reshape(-1), 1024: scale, 2048: shift}), 4096,
+    return f32_at(run_reference(t, 8192, {0: x.astype(np.float32).reshape(-1), 1024: scale, 2048: shift}), 4096,
                    rows * h).reshape(rows, h)
 
 
@@ -429,7 +276,7 @@ def test_ada_layer_norm_backward_is_the_derivative_of_the_forward(ln: bool) -> N
     # the packed reference against finite differences of the f32 forward reference (loss in f64)
     x32, dy32 = x.astype(np.float32), dy.astype(np.float32)
     s32, t32 = scale.astype(np.float32), shift.astype(np.float32)
-    got = out_f32(run_ref(T.AdaLayerNormBackward(x=0, scale=1024, shift=2048, dy=3072, dst=4096, rows=rows, h=h,
+    got = f32_at(run_reference(T.AdaLayerNormBackward(x=0, scale=1024, shift=2048, dy=3072, dst=4096, rows=rows, h=h,
                                                  eps=eps, layer_norm=ln, mod_len=mod_len, mod_off=offs), 8192,
                           {0: x32.reshape(-1), 1024: s32, 2048: t32, 3072: dy32.reshape(-1)}), 4096,
                   rows * h + 2 * mod_len)
@@ -458,10 +305,10 @@ def test_gated_residual_backward_is_the_derivative_of_the_forward() -> None:
     fwd = T.GatedResidual(x=0, y=1024, gate=2048, dst=4096, rows=rows, h=h, gate_len=gate_len, gate_off=offs)
 
     def fd(off: int, v: np.ndarray) -> np.ndarray:   # the forward is affine in each input: any step will do
-        loss = lambda u: float(out_f32(run_ref(fwd, 8192, {**inputs, off: u.astype(np.float32)}), 4096,  # noqa: E731
+        loss = lambda u: float(f32_at(run_reference(fwd, 8192, {**inputs, off: u.astype(np.float32)}), 4096,  # noqa: E731
                                        n).astype(np.float64) @ dy.astype(np.float64))
         return np.array([(loss(v + e / 8) - loss(v - e / 8)) * 4 for e in np.eye(v.size, dtype=np.float32)])
-    got = out_f32(run_ref(T.GatedResidualBackward(x=0, y=1024, gate=2048, dy=3072, dst=4096, rows=rows, h=h,
+    got = f32_at(run_reference(T.GatedResidualBackward(x=0, y=1024, gate=2048, dy=3072, dst=4096, rows=rows, h=h,
                                                   gate_len=gate_len, gate_off=offs), 8192, {**inputs, 3072: dy}),
                   4096, 2 * n + gate_len)
     for part, (off, v) in zip((got[:n], got[n:2 * n], got[2 * n:]), ((0, x), (1024, y), (2048, gate))):

@@ -1,13 +1,16 @@
-"""Softmax, Reduce, ReduceSumF64, ArgReduce, TopK, Cumsum, CumScan and Histogram against the NumPy
-references — one schedule, compiled once (tests/harness.py)."""
+"""Softmax, Reduce, ReduceSumF64, ArgReduce, TopK, Cumsum, CumScan, Histogram and CumsumBackward against
+the NumPy references — one schedule, compiled once (tests/harness.py) — and CumsumBackward's reference
+against the transposed Jacobian of Cumsum's."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import DType
 from rlx_llvm.ops import ReduceOp
-from tests.harness import HUGE, W, Outcome, Suite, expect_invalid, suite_tests
+from tests.harness import (HUGE, WIDTHS, W, Outcome, Suite, expect_invalid, f32_at, forward_matrix, run_reference,
+                           suite_tests)
 
 SHAPES = ((3, 1, 1), (4, W - 1, 1), (2, W, 1), (3, W + 1, 1), (5, 4 * W + 3, 1), (1, HUGE, 1),    # contiguous
           (2, 7, 3), (3, 40, W), (2, 9, W + 4), (1, 1, 33), (2, 3, 1000))                         # inner > 1
@@ -138,6 +141,23 @@ def add_histogram(s: Suite) -> None:
               [o], exact=True)
 
 
+def add_cumsum_backward(s: Suite) -> None:
+    """CumsumBackward over the norm widths (NaN and ±inf in dy), a threaded size and in place."""
+    shapes = [(rows, cols) for cols in WIDTHS for rows in ((0, 1, 5) if cols == 771 else (5,))] + [(97, 3001)]
+    for rows, cols in shapes:
+        for exclusive in (False, True):
+            dy = s.normal(rows * cols)
+            if rows == 5 and cols > 2:
+                dy[cols + 1], dy[2 * cols], dy[3 * cols + cols // 2] = np.nan, np.inf, -np.inf
+            dx, o = s.out(np.float32, rows * cols)
+            s.add(f"CumsumBackward-{rows}x{cols}-ex{int(exclusive)}",
+                  T.CumsumBackward(dy=s.put(dy), dx=dx, rows=rows, cols=cols, exclusive=exclusive), [o],
+                  rtol=1e-4, atol=1e-4)
+    dy = s.put(s.normal(3 * 50))
+    s.add("CumsumBackward-inplace", T.CumsumBackward(dy=dy, dx=dy, rows=3, cols=50, exclusive=True),
+          [(dy, np.dtype(np.float32), 150)], rtol=1e-4, atol=1e-4)
+
+
 def build() -> Suite:
     s = Suite(6, rtol=2e-5, atol=2e-5)
     add_softmax(s)
@@ -146,6 +166,7 @@ def build() -> Suite:
     add_top_k(s)
     add_scans(s)
     add_histogram(s)
+    add_cumsum_backward(s)
     return s
 
 
@@ -195,3 +216,15 @@ def test_top_k_needs_a_row() -> None:
 
 def test_cumsum_dtype_is_f32_or_i64() -> None:
     expect_invalid(T.Cumsum(src=0, dst=1024, rows=2, cols=3, exclusive=False, dtype=DType.I32), 4096, "dtype")
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_cumsum_backward_is_the_transpose_of_cumsum(exclusive: bool) -> None:
+    rows, cols = 2, 9
+    cumsum = T.Cumsum(src=0, dst=1024, rows=rows, cols=cols, exclusive=exclusive, dtype=DType.F32)
+    fwd = lambda e, m: f32_at(run_reference(cumsum, 2048, {0: e}), 1024, m)  # noqa: E731
+    jac = forward_matrix(fwd, rows * cols, rows * cols)
+    dy = np.random.default_rng(3).standard_normal(rows * cols).astype(np.float32)
+    got = f32_at(run_reference(T.CumsumBackward(dy=0, dx=1024, rows=rows, cols=cols, exclusive=exclusive), 2048,
+                          {0: dy}), 1024, rows * cols)
+    np.testing.assert_allclose(got, jac @ dy.astype(np.float64), rtol=1e-6, atol=1e-6)
