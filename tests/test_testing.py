@@ -14,8 +14,6 @@ import rlx_llvm as rl
 from rlx_llvm import reference as ref
 from rlx_llvm import testing
 
-DEFAULT_RTOL = {4: 1e-5, 8: 1e-12, 2: 1e-3}   # by float width (complex: by its parts)
-
 # Examples that reveal a real bug: name → reason (xfail, strict).
 KNOWN_BUGS: dict[str, str] = {}
 
@@ -41,23 +39,6 @@ def family_run(family: str) -> tuple[list[testing.Example], dict[str, np.ndarray
     finally:
         rl.set_num_threads(saved)
     return testing.side_by_side(exs), {k: a.bytes for k, a in runs.items()}
-
-
-def assert_close(got: np.ndarray, want: np.ndarray, rtol: float, what: str) -> None:
-    """Integers bit-exact; floats with NaN in the same places, else within rtol·(|want| + max|want|)."""
-    if want.dtype.kind == "c":
-        got, want = (a.view(f"f{a.dtype.itemsize // 2}") for a in (got, want))
-    if want.dtype.kind != "f" or rtol == 0:
-        nan = np.isnan(want) if want.dtype.kind == "f" else np.zeros(want.shape, bool)
-        bad = np.flatnonzero((got.view(f"u{got.itemsize}") != want.view(f"u{want.itemsize}")) & ~(nan & np.isnan(got)))
-    else:
-        g, w = got.astype(np.float64), want.astype(np.float64)
-        scale = np.max(np.abs(w[np.isfinite(w)]), initial=0.0)
-        with np.errstate(invalid="ignore"):
-            ok = (g == w) | (np.isnan(g) & np.isnan(w)) | (np.abs(g - w) <= rtol * (np.abs(w) + scale))
-        bad = np.flatnonzero(~ok)
-    assert bad.size == 0, f"{what}: {bad.size} of {want.size} differ, first at {bad[:5]}: " \
-                          f"got {got[bad[:5]]}, want {want[bad[:5]]}"
 
 
 def _params() -> list:
@@ -89,12 +70,22 @@ def test_shift_moves_every_offset() -> None:
     assert [e.offset - 1000 for e in moved.reads()] == [e.offset for e in t.reads()]
 
 
+def test_outputs_that_differ_are_reported() -> None:
+    ex = testing.examples("LayerNorm")[0]
+    want = np.zeros(ex.schedule.arena_bytes, np.uint8)
+    got = want.copy()
+    offset, dtype, _ = ex.outputs()[0]
+    got[offset:offset + 4] = np.float32([1e-3]).view(np.uint8)
+    with pytest.raises(AssertionError, match="1 of 111 differ"):
+        testing.assert_outputs_match(ex, got, want)
+    testing.assert_outputs_match(ex, want, want.copy())
+
+
 @pytest.mark.parametrize("family, name", _params())
 def test_example_matches_the_reference_at_any_thread_count(family: str, name: str) -> None:
     exs, runs = family_run(family)
     ex = next(e for e in exs if e.name == name)
+    testing.assert_outputs_match(ex, runs[1], runs["reference"])
     for offset, dtype, count in ex.outputs():
-        got1, got2, want = (runs[k][offset:offset + count * dtype.itemsize].view(dtype) for k in (1, 2, "reference"))
-        rtol = ex.rtol if ex.rtol is not None else DEFAULT_RTOL.get(dtype.itemsize // (2 if dtype.kind == "c" else 1), 0)
-        assert_close(got1, want, rtol, f"{name} output @{offset}")
-        assert np.array_equal(got1.view(np.uint8), got2.view(np.uint8)), f"{name}: 1 and 2 threads differ @{offset}"
+        one, two = (runs[k][offset:offset + count * dtype.itemsize] for k in (1, 2))
+        assert np.array_equal(one, two), f"{name}: 1 and 2 threads differ in the output at byte {offset}"

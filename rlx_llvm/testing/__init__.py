@@ -16,7 +16,9 @@ import functools
 from typing import Callable
 
 from . import attention, conv, elementwise, matmul, movement, norms, reductions
-from .layout import Buffer, Example, Values, bf16, example, ints, normal, pack, shift, side_by_side, spd, uniform
+from .compare import assert_close, assert_outputs_match
+from .layout import (Buffer, Example, Values, bf16, example, ints, normal, pack, shift, side_by_side, spd, uniform,
+                     well_conditioned)
 
 # Registry family name → its examples (the families of `rlx_llvm.registry.FAMILIES`).
 FAMILIES: dict[str, Callable[[], list[Example]]] = {
@@ -41,5 +43,5 @@ def examples(kind: str | None = None, family: str | None = None) -> list[Example
     return [ex for ex in chosen if kind is None or kind in ex.kinds]
 
 
-__all__ = ["Buffer", "Example", "FAMILIES", "Values", "bf16", "example", "examples", "ints", "normal", "pack",
-           "shift", "side_by_side", "spd", "uniform"]
+__all__ = ["Buffer", "Example", "FAMILIES", "Values", "assert_close", "assert_outputs_match", "bf16", "example",
+           "examples", "ints", "normal", "pack", "shift", "side_by_side", "spd", "uniform", "well_conditioned"]

@@ -17,7 +17,7 @@ import numpy as np
 from ..arena import Arena
 from ..reference.halves import f32_to_bf16_bits
 from ..schedule import ThunkSchedule
-from ..thunks.base import USIZE_MAX, Thunk
+from ..thunks.base import USIZE_MAX, Extent, Thunk
 
 ALIGN = 64   # every buffer starts on a cache line
 GUARD = 64   # bytes left between buffers: a write past a buffer lands on bytes nobody owns
@@ -131,17 +131,11 @@ def shift(thunk: Thunk, delta: int) -> Thunk:
 
 @dataclass(frozen=True)
 class Buffer:
-    """One arena slot of an example: `nbytes` at `offset`, typed and (if read) drawn by `values`."""
+    """One arena slot of an example: its extent (named by the thunk field), typed and (if read) drawn by `values`."""
 
-    offset: int
-    nbytes: int
+    extent: Extent
     values: Values
     read: bool
-
-    @property
-    def end(self) -> int:
-        """One past the last byte."""
-        return self.offset + self.nbytes
 
 
 @dataclass(frozen=True)
@@ -168,15 +162,15 @@ class Example:
         """Write valid input values into every buffer the schedule reads."""
         for b in self.buffers:
             if b.read:
-                count = b.nbytes // b.values.dtype.itemsize
-                arena.write(b.offset, np.asarray(b.values.draw(rng, count), dtype=b.values.dtype))
+                count = b.extent.nbytes // b.values.dtype.itemsize
+                arena.write(b.extent.offset, np.asarray(b.values.draw(rng, count), dtype=b.values.dtype))
 
     def outputs(self) -> list[tuple[int, np.dtype, int]]:
         """(offset, dtype, count) of every byte range the schedule writes, typed by the buffer it lies in."""
         out = []
         for t in self.schedule.thunks:
             for ext in t.writes():
-                dtype = next(b.values.dtype for b in self.buffers if b.offset <= ext.offset < b.end)
+                dtype = next(b.values.dtype for b in self.buffers if b.extent.offset <= ext.offset < b.extent.end)
                 out.append((ext.offset, dtype, ext.nbytes // dtype.itemsize))
         return out
 
@@ -185,7 +179,8 @@ class Example:
         return Example(self.name, dataclasses.replace(
             self.schedule, thunks=[shift(t, delta) for t in self.schedule.thunks],
             arena_bytes=self.schedule.arena_bytes + delta),
-            tuple(dataclasses.replace(b, offset=b.offset + delta) for b in self.buffers), self.rtol)
+            tuple(dataclasses.replace(b, extent=b.extent._replace(offset=b.extent.offset + delta)) for b in self.buffers),
+            self.rtol)
 
 
 def example(name: str, thunk: Thunk, dtype: str = "f4", rtol: float | None = None,
@@ -201,7 +196,7 @@ def example(name: str, thunk: Thunk, dtype: str = "f4", rtol: float | None = Non
     for field in fields:
         offsets[field] = top
         spec = of(values.get(field.replace("[", "_").rstrip("]"), dtype))
-        buffers.append(Buffer(top, sizes[field], spec, field in read))
+        buffers.append(Buffer(Extent(field, top, sizes[field]), spec, field in read))
         top = -(-(top + sizes[field]) // ALIGN) * ALIGN + GUARD
     unknown = set(values) - {f.replace("[", "_").rstrip("]") for f in fields}
     if unknown:
