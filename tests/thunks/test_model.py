@@ -20,6 +20,7 @@ from rlx_llvm.ops import (Activation, AttentionBwdWrt, BinaryOp, ChainOperand as
                           QuantScheme, ReduceOp, ScaledFormat, ScaleLayout, ScaleMode, SteKind)
 from rlx_llvm.schedule import ThunkSchedule
 from rlx_llvm.thunks.base import FixedLen, RustInt
+from tests.data.make_seed_thunks import parse_seed
 from tests.strategies import hints, thunk_strategy
 
 SEED_THUNKS = Path(__file__).resolve().parents[1] / "data" / "seed_thunks.json"  # tests/data/make_seed_thunks.py
@@ -33,6 +34,23 @@ def seed() -> list[tuple[str, list[tuple[str, str]]]]:
     """[(variant, [(field, rust type)])] of the seed's `pub enum Thunk` in declaration order."""
     kinds = json.loads(SEED_THUNKS.read_text())["kinds"]
     return [(name, [(f, t) for f, t in fields]) for name, fields in kinds.items()]
+
+
+def test_seed_parser_keeps_order_and_types_and_drops_comments():
+    text = """pub enum Other { A }
+    pub enum Thunk {
+        /// doc { with braces }
+        Nop,
+        Sgemm {
+            a: usize, // the lhs
+            w: Arc<Vec<u8>>,
+        },
+        Copy {
+            m: [u32; 16],
+        },
+    }"""
+    assert parse_seed(text) == [("Nop", []), ("Sgemm", [("a", "usize"), ("w", "Arc<Vec<u8>>")]),
+                                ("Copy", [("m", "[u32; 16]")])]
 
 
 def _unwrap_arc(t: str) -> str:
