@@ -16,7 +16,7 @@ import textwrap
 import rlx_llvm as rl
 from rlx_llvm import testing
 
-SEED, MUTANTS_PER_EXAMPLE = 20261203, 12
+SEED, MUTANTS_PER_EXAMPLE = 20261203, 20
 
 FUZZ = textwrap.dedent('''
     import dataclasses, json, random, sys

@@ -19,8 +19,9 @@ KNOWN_BUGS: dict[str, str] = {}
 
 
 @functools.cache
-def family_run(family: str) -> tuple[list[testing.Example], dict[str, np.ndarray]]:
-    """The family's examples side by side, and the arena bytes after each kind of run."""
+def family_run(family: str) -> tuple[list[testing.Example], dict[str | int, np.ndarray]]:
+    """The family's examples side by side, and the arena bytes after the reference run and native runs at 1 and 2
+    threads (keys "reference", 1, 2)."""
     exs = testing.examples(family=family)
     whole = testing.pack(exs)
     arena = rl.Arena(whole.schedule.arena_bytes)
@@ -42,9 +43,11 @@ def family_run(family: str) -> tuple[list[testing.Example], dict[str, np.ndarray
 
 
 def _params() -> list:
-    return [pytest.param(family, ex.name, id=ex.name, marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[ex.name])]
-                         if ex.name in KNOWN_BUGS else []) for family in testing.FAMILIES
-            for ex in testing.examples(family=family)]
+    """(family, example name) of every example, a known bug marked xfail."""
+    def marks(name: str) -> list:
+        return [pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[name])] if name in KNOWN_BUGS else []
+    return [pytest.param(family, ex.name, id=ex.name, marks=marks(ex.name))
+            for family in testing.FAMILIES for ex in testing.examples(family=family)]
 
 
 def test_every_lowered_kind_has_an_example() -> None:

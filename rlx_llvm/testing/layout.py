@@ -17,7 +17,7 @@ import numpy as np
 from ..arena import Arena
 from ..reference.halves import f32_to_bf16_bits
 from ..schedule import ThunkSchedule
-from ..thunks.base import USIZE_MAX, Extent, Thunk
+from ..thunks.base import Extent, Thunk
 
 ALIGN = 64   # every buffer starts on a cache line
 GUARD = 64   # bytes left between buffers: a write past a buffer lands on bytes nobody owns
@@ -122,9 +122,13 @@ def buffer_fields(thunk: Thunk) -> list[str]:
 
 
 def shift(thunk: Thunk, delta: int) -> Thunk:
-    """The same thunk with every arena offset moved by `delta` bytes (absent buffers stay absent)."""
-    return with_offsets(thunk, {f: offset_of(thunk, f) + delta for f in buffer_fields(thunk)
-                                if offset_of(thunk, f) != USIZE_MAX})
+    """The same thunk with every arena offset moved by `delta` bytes (absent buffers, which no extent names, stay)."""
+    return with_offsets(thunk, {f: offset_of(thunk, f) + delta for f in buffer_fields(thunk)})
+
+
+def _keyword(field: str) -> str:
+    """The `example()` keyword of a buffer: its field, or `inputs_2` for the extent `inputs[2]`."""
+    return field.replace("[", "_").rstrip("]")
 
 
 # ── examples ────────────────────────────────────────────────────────────────
@@ -195,10 +199,10 @@ def example(name: str, thunk: Thunk, dtype: str = "f4", rtol: float | None = Non
     offsets, buffers, top = {}, [], 0
     for field in fields:
         offsets[field] = top
-        spec = of(values.get(field.replace("[", "_").rstrip("]"), dtype))
+        spec = of(values.get(_keyword(field), dtype))
         buffers.append(Buffer(Extent(field, top, sizes[field]), spec, field in read))
         top = -(-(top + sizes[field]) // ALIGN) * ALIGN + GUARD
-    unknown = set(values) - {f.replace("[", "_").rstrip("]") for f in fields}
+    unknown = set(values) - {_keyword(f) for f in fields}
     if unknown:
         raise TypeError(f"{name}: no buffer named {sorted(unknown)}")
     return Example(name, ThunkSchedule([with_offsets(thunk, offsets)], arena_bytes=top), tuple(buffers), rtol)
