@@ -81,13 +81,13 @@ F64_SPECIALS = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, np.inf, -np
                          1e-300, 1e300, -1e300, 700.0, -700.0, 20.0, 1e-8], dtype=np.float64)
 
 
-def f32_values(n: int, seed: int, scale: float = 3.0) -> np.ndarray:
+def f32_values(n: int, seed: int, scale: float = 3.0, specials: np.ndarray = F32_SPECIALS) -> np.ndarray:
     """Random normals with the f32 special values sprinkled in."""
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(n) * scale).astype(np.float32)
     if n:
-        k = min(n, F32_SPECIALS.size)
-        x[rng.choice(n, k, replace=False)] = F32_SPECIALS[:k]
+        k = min(n, specials.size)
+        x[rng.choice(n, k, replace=False)] = specials[:k]
     return x
 
 
@@ -256,6 +256,11 @@ class Suite:
         self.cases.append(case)
         return case
 
+    def add_each(self, cases: "list[tuple[str, object]]", how: Callable[[object], dict]) -> None:
+        """Register every `(name, thunk)`, compared as `how(thunk)` says (the keywords of `add`)."""
+        for name, thunk in cases:
+            self.add(name, thunk, **how(thunk))
+
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.cases]
@@ -351,6 +356,10 @@ class Outcome:
         """The position of case `name`'s thunk in the program."""
         return next(i for i, c in enumerate(self.suite.cases) if c.name == name)
 
+    def thunk_ir(self, name: str) -> str:
+        """The LLVM IR of case `name`'s thunk."""
+        return self.program.llvm_ir(thunk=self.index(name))
+
     def output(self, name: str, k: int = 0, arena: "np.ndarray | None" = None) -> np.ndarray:
         """Output `k` of case `name` as its dtype, from `arena` (default: what the program wrote)."""
         off, dtype, count = self.case(name).outputs[k]
@@ -393,26 +402,27 @@ class Outcome:
 
 
 def suite_tests(suite: Suite, compiling: Callable[[], ContextManager] = contextlib.nullcontext,
-                paths: frozenset = frozenset({"llvm"})) -> tuple:
-    """The module-scoped `outcome` fixture (the suite compiled once) and the four tests every family
-    runs: parity per case, nothing outside the outputs changes, the thread count does not change the
-    bytes, every kind is lowered on one of `paths`.  Bind the returned names at module level."""
-    @pytest.fixture(scope="module")
+                paths: frozenset = frozenset({"llvm"}), fixture: str = "outcome") -> tuple:
+    """The module-scoped fixture named `fixture` (the suite compiled inside `compiling()` once, and run)
+    and the four tests every family runs: parity per case, nothing outside the outputs changes, the
+    thread count does not change the bytes, the kinds are lowered on `paths`.  Bind the returned names
+    at module level (the fixture under the name `fixture`)."""
+    @pytest.fixture(scope="module", name=fixture)
     def outcome() -> Outcome:
         return suite.run(compiling())
 
     @pytest.mark.parametrize("name", suite.names)
-    def test_matches_reference(outcome: Outcome, name: str) -> None:
-        outcome.check(name)
+    def test_matches_reference(request, name: str) -> None:
+        request.getfixturevalue(fixture).check(name)
 
-    def test_nothing_outside_the_outputs_changes(outcome: Outcome) -> None:
-        outcome.check_untouched()
+    def test_nothing_outside_the_outputs_changes(request) -> None:
+        request.getfixturevalue(fixture).check_untouched()
 
-    def test_thread_count_does_not_change_results(outcome: Outcome) -> None:
-        outcome.check_thread_independent()
+    def test_thread_count_does_not_change_results(request) -> None:
+        request.getfixturevalue(fixture).check_thread_independent()
 
-    def test_every_kind_is_native(outcome: Outcome) -> None:
-        assert {r.path for r in outcome.program.report()} == paths
+    def test_every_kind_is_native(request) -> None:
+        assert {r.path for r in request.getfixturevalue(fixture).program.report()} == paths
 
     return (outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
             test_thread_count_does_not_change_results, test_every_kind_is_native)

@@ -166,11 +166,9 @@ SUITE = all_cases()
 
 
 def test_kernels_are_vectorized_and_call_no_libm(outcome: Outcome) -> None:
-    def ir_of(name: str) -> str:
-        return outcome.program.llvm_ir(thunk=outcome.index(name))
-    assert f"<{W} x float>" in ir_of("Gelu_f32_grid")
-    assert f"<{WF64} x double>" in ir_of("Tanh_f64_grid")
-    assert f"<{W} x float>" in ir_of("relu_f32_grid")
+    assert f"<{W} x float>" in outcome.thunk_ir("Gelu_f32_grid")
+    assert f"<{WF64} x double>" in outcome.thunk_ir("Tanh_f64_grid")
+    assert f"<{W} x float>" in outcome.thunk_ir("relu_f32_grid")
     declared = [line for line in outcome.program.llvm_ir(optimized=True).splitlines() if line.startswith("declare")]
     assert all("@llvm." in line for line in declared), declared
 

@@ -441,17 +441,15 @@ def test_broadcast_hot_loops_have_no_div_or_mod(outcome: Outcome) -> None:
     """The stride walk runs nested loops: no udiv/urem in broadcast or legacy-nesting thunks."""
     names = [n for n in SUITE.names if "col_x_row" in n or "rank3" in n or "legacy_tiled" in n or "bias" in n]
     for name in names:
-        ir_text = outcome.program.llvm_ir(thunk=outcome.index(name))
+        ir_text = outcome.thunk_ir(name)
         assert "urem" not in ir_text and "udiv" not in ir_text, name
 
 
 def test_plain_paths_are_vectorized(outcome: Outcome) -> None:
-    def ir_of(name: str) -> str:
-        return outcome.program.llvm_ir(thunk=outcome.index(name))
-    assert f"<{W} x float>" in ir_of("f32_Add_plain")
-    assert f"<{W // 2} x double>" in ir_of("f64_Add_plain")
-    assert f"<{W // 2} x i64>" in ir_of("i64_Add_plain")
-    assert f"<{2 * W} x float>" in ir_of("c64_Mul_plain")  # deinterleaving loads
+    assert f"<{W} x float>" in outcome.thunk_ir("f32_Add_plain")
+    assert f"<{W // 2} x double>" in outcome.thunk_ir("f64_Add_plain")
+    assert f"<{W // 2} x i64>" in outcome.thunk_ir("i64_Add_plain")
+    assert f"<{2 * W} x float>" in outcome.thunk_ir("c64_Mul_plain")  # deinterleaving loads
 
 
 def test_trig_of_huge_arguments() -> None:

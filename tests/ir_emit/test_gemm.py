@@ -180,8 +180,7 @@ def gemm_mode(mode: str) -> Iterator[None]:
 def gemm_suite() -> Suite:
     """Every GEMM case in one arena whose outputs start as the NaN sentinel."""
     s = Suite(3, fill=SENTINEL)
-    for name, t in gemm_cases(s):
-        s.add(name, t, **how_to_compare(t))
+    s.add_each(gemm_cases(s), how_to_compare)
     return s
 
 
@@ -189,11 +188,15 @@ SUITE = gemm_suite()
 
 
 @pytest.fixture(scope="module", params=["auto", "blas"])
-def built(request) -> Outcome:
-    """The suite compiled once per GEMM mode ("auto": IR tiles where faster; "blas": every GEMM calls BLAS)."""
-    outcome = SUITE.run(gemm_mode(request.param))
-    outcome.mode = request.param
-    return outcome
+def mode(request) -> str:
+    """The GEMM mode ("auto": IR tiles where faster; "blas": every GEMM calls BLAS)."""
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def built(mode: str) -> Outcome:
+    """The suite compiled once per GEMM mode and run."""
+    return SUITE.run(gemm_mode(mode))
 
 
 @pytest.fixture(scope="module")
@@ -223,12 +226,12 @@ def test_k_zero_writes_zeros(built: Outcome) -> None:
             assert not built.got[ext.offset:ext.offset + ext.nbytes].any(), c.name
 
 
-def test_report_says_how_each_gemm_runs(built: Outcome) -> None:
+def test_report_says_how_each_gemm_runs(built: Outcome, mode: str) -> None:
     """By default small real GEMMs run as IR tiles ("llvm"); complex and grouped GEMMs call BLAS."""
     paths = [row.path for row in built.program.report()]
     assert set(paths) <= {"llvm", "blas"}
     assert "blas" in {row.path for row in built.program.report() if row.kind == "CgemmC64"}
-    if built.mode == "blas":  # every GEMM with work to do calls BLAS
+    if mode == "blas":  # every GEMM with work to do calls BLAS
         dims = ("m", "k", "n", "k_dim", "batch", "hw", "c_in", "c_out", "r")
         for t, row in zip((c.thunk for c in SUITE.cases), built.program.report()):
             if all(getattr(t, d, 1) for d in dims):
@@ -237,20 +240,16 @@ def test_report_says_how_each_gemm_runs(built: Outcome) -> None:
         assert "llvm" in paths
 
 
-def _thunk_ir(built: Outcome, name: str) -> str:
-    return built.program.llvm_ir(thunk=built.index(name))
-
-
 def test_blas_calls_have_constant_dims(built_blas: Outcome) -> None:
     """The IR calls our prefixed symbols with dims stored as constants in entry-block slots."""
-    ir_text = _thunk_ir(built_blas, "sgemm 1x17x1")
+    ir_text = built_blas.thunk_ir("sgemm 1x17x1")
     assert 'call void @"rlx_sgemm"(' in ir_text and "store i32 17" in ir_text
     assert built_blas.program.llvm_ir().count('declare void @"rlx_sgemm"(') == 1
 
 
-def test_large_ir_gemms_fork_rlx_threads(built: Outcome) -> None:
-    forks = {name: "GOMP_parallel" in _thunk_ir(built, name) for name in SUITE.names if name.startswith("parallel")}
-    assert set(forks.values()) == {built.mode == "auto"}, forks
+def test_large_ir_gemms_fork_rlx_threads(built: Outcome, mode: str) -> None:
+    forks = {name: "GOMP_parallel" in built.thunk_ir(name) for name in SUITE.names if name.startswith("parallel")}
+    assert set(forks.values()) == {mode == "auto"}, forks
 
 
 def test_by_default_real_gemms_run_as_ir_tiles() -> None:

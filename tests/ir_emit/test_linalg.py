@@ -82,8 +82,7 @@ def how_to_compare(t) -> dict:
 def linalg_suite() -> Suite:
     """Every linalg case in one arena whose outputs start as the NaN sentinel."""
     s = Suite(11, fill=SENTINEL)
-    for name, t in linalg_cases(s):
-        s.add(name, t, **how_to_compare(t))
+    s.add_each(linalg_cases(s), how_to_compare)
     return s
 
 

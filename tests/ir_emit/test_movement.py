@@ -228,19 +228,10 @@ STREAMED = SUITE.subset(lambda c: type(c.thunk).__name__ in STREAMING_KINDS)
  test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
-@pytest.fixture(scope="module")
-def streamed() -> Outcome:
-    """The cases with a streaming path, compiled with the streaming threshold at 0."""
-    return STREAMED.run(streaming_forced())
-
-
-@pytest.mark.parametrize("name", STREAMED.names)
-def test_streamed_matches_reference(streamed: Outcome, name: str) -> None:
-    streamed.check(name)
-
-
-def test_streamed_changes_nothing_outside_the_outputs(streamed: Outcome) -> None:
-    streamed.check_untouched()
+# the streaming cases again, compiled with every output streamed (non-temporal stores, prefetch)
+(streamed, test_streamed_matches_reference, test_streamed_changes_nothing_outside_the_outputs,
+ test_streamed_thread_count_does_not_change_results, test_streamed_kinds_are_native) = suite_tests(
+    STREAMED, streaming_forced, fixture="streamed")
 
 
 @pytest.mark.parametrize("name", SPEC)

@@ -10,7 +10,7 @@ from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import DType, LaneKind
 from rlx_llvm.ops import Activation, BinaryOp, ChainOperand as In, ChainStep as S, CmpOp
-from tests.harness import W, Suite, suite_tests
+from tests.harness import W, Suite, f32_values, suite_tests
 
 Inp, Stp = In.Input, In.Step
 SPECIALS = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, np.inf, -np.inf, np.nan, 1e-40, -1e-40,
@@ -21,13 +21,8 @@ _LANE_NP = {LaneKind.F32: np.float32, LaneKind.F16: np.float16, LaneKind.Bf16: n
 
 
 def values(n: int, seed: int, scale: float = 3.0) -> np.ndarray:
-    """Random normals with the special values sprinkled in."""
-    rng = np.random.default_rng(seed)
-    x = (rng.standard_normal(n) * scale).astype(np.float32)
-    if n:
-        k = min(n, SPECIALS.size)
-        x[rng.choice(n, k, replace=False)] = SPECIALS[:k]
-    return x
+    """Random normals with this module's special values sprinkled in."""
+    return f32_values(n, seed, scale, SPECIALS)
 
 
 def region(s: Suite, n: int, chain, n_inputs: int, seed: int, *, lanes=None, out_lane=LaneKind.F32,

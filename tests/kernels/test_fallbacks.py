@@ -46,11 +46,9 @@ def fallback_suite() -> Suite:
     cases = fallback_cases(s)
     first = T.Sgemm(a=a, b=b, c=s.slot(64), m=4, k=4, n=4)
     last = T.Sgemm(a=first.c, b=b, c=s.slot(64), m=4, k=4, n=4)
-    for name, t in [("gemm before the fallbacks", first), *cases, ("gemm after the fallbacks", last)]:
-        if isinstance(t, T.SortF32):
-            s.add(name, t, dtype=np.uint32)
-        else:
-            s.add(name, t, dtype=np.float32, rtol=1e-5, atol=1e-6)
+    s.add_each([("gemm before the fallbacks", first), *cases, ("gemm after the fallbacks", last)],
+               lambda t: dict(dtype=np.uint32) if isinstance(t, T.SortF32) else
+               dict(dtype=np.float32, rtol=1e-5, atol=1e-6))
     return s
 
 
