@@ -10,7 +10,8 @@ from llvmlite import ir
 
 from . import jit, registry
 from .ir_emit import shared_bodies
-from .ir_emit.core import I32, I64, PTR, EmitContext, snake
+from .ir_emit.context import EmitContext, snake
+from .ir_emit.toolkit import I32, I64, PTR
 
 
 @dataclass

@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 from .errors import UnsupportedThunkError, ValidationError
+from .thunks.base import USIZE_MAX
 
 
 def _overlap(a, b) -> bool:
     return a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
-
-
-USIZE_MAX = 2**64 - 1
 
 
 def _check_absent_buffers(thunk) -> None:

@@ -21,7 +21,8 @@ from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import Activation
 from . import vecmath as vm
-from .core import EmitContext
+from .context import EmitContext
+from .toolkit import scalar_of, splat_like
 from .elementwise import F32_ELEM, F64_ELEM, Elem, Operand, Output, emit_walk
 from ..registry import lowering
 
@@ -32,12 +33,8 @@ INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 PHI_LIMIT_F32, PHI_LIMIT_F64 = 20.0, 40.0          # φ(x) is 0 beyond these |x|
 
 
-def _c(x: ir.Value, v: float) -> ir.Constant:
-    return vm.splat(x, v)
-
-
 def _is_f64(x: ir.Value) -> bool:
-    return vm.elem_type(x) == ir.DoubleType()
+    return scalar_of(x.type) == ir.DoubleType()
 
 
 # ── pieces ──────────────────────────────────────────────────────────────────
@@ -45,33 +42,33 @@ def _is_f64(x: ir.Value) -> bool:
 def sigmoid_pair(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     """(σ(x), σ(−x)) from one e = e^−|x|: 1/(1+e) and e/(1+e), swapped for x < 0 (no cancellation)."""
     e = vm.exp(b, b.fneg(vm.fabs(b, x)))
-    den = b.fadd(_c(x, 1.0), e)
-    big, small = b.fdiv(_c(x, 1.0), den), b.fdiv(e, den)
-    neg = b.fcmp_ordered("<", x, _c(x, 0.0))
+    den = b.fadd(splat_like(x, 1.0), e)
+    big, small = b.fdiv(splat_like(x, 1.0), den), b.fdiv(e, den)
+    neg = b.fcmp_ordered("<", x, splat_like(x, 0.0))
     return b.select(neg, small, big), b.select(neg, big, small)
 
 
 def normal_pdf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """φ(x) = e^(−x²/2)/√(2π), x² split exactly as hi + lo; |x| beyond PHI_LIMIT (and NaN) gives 0."""
-    a = vm.minnum(b, vm.fabs(b, x), _c(x, PHI_LIMIT_F64 if _is_f64(x) else PHI_LIMIT_F32))
+    a = vm.minnum(b, vm.fabs(b, x), splat_like(x, PHI_LIMIT_F64 if _is_f64(x) else PHI_LIMIT_F32))
     hi = b.fmul(a, a)
     lo = vm.fma(b, a, a, b.fneg(hi))
-    e = vm.exp(b, b.fmul(hi, _c(x, -0.5)))
-    return b.fmul(b.fmul(e, vm.fma(b, lo, _c(x, -0.5), _c(x, 1.0))), _c(x, INV_SQRT_2PI))
+    e = vm.exp(b, b.fmul(hi, splat_like(x, -0.5)))
+    return b.fmul(b.fmul(e, vm.fma(b, lo, splat_like(x, -0.5), splat_like(x, 1.0))), splat_like(x, INV_SQRT_2PI))
 
 
 def normal_cdf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Φ(x): ½·erfc(−x/√2) in f32 (relative accuracy in the left tail), ½ + ½·erf(x/√2) in f64."""
-    z = b.fmul(x, _c(x, 1.0 / math.sqrt(2.0)))
+    z = b.fmul(x, splat_like(x, 1.0 / math.sqrt(2.0)))
     if _is_f64(x):
-        return vm.fma(b, vm.erf(b, z), _c(x, 0.5), _c(x, 0.5))
-    return b.fmul(_c(x, 0.5), vm.erfc(b, b.fneg(z)))
+        return vm.fma(b, vm.erf(b, z), splat_like(x, 0.5), splat_like(x, 0.5))
+    return b.fmul(splat_like(x, 0.5), vm.erfc(b, b.fneg(z)))
 
 
 def _sign(b, x):
     """+1 / −1 / 0 (0 for ±0 and NaN)."""
-    pos = b.select(b.fcmp_ordered(">", x, _c(x, 0.0)), _c(x, 1.0), _c(x, 0.0))
-    return b.select(b.fcmp_ordered("<", x, _c(x, 0.0)), _c(x, -1.0), pos)
+    pos = b.select(b.fcmp_ordered(">", x, splat_like(x, 0.0)), splat_like(x, 1.0), splat_like(x, 0.0))
+    return b.select(b.fcmp_ordered("<", x, splat_like(x, 0.0)), splat_like(x, -1.0), pos)
 
 
 # ── derivatives ─────────────────────────────────────────────────────────────
@@ -79,7 +76,7 @@ def _sign(b, x):
 def _d_silu(b, x):
     """s·(1 + x·s̄)."""
     s, sbar = sigmoid_pair(b, x)
-    return b.fmul(s, vm.fma(b, x, sbar, _c(x, 1.0)))
+    return b.fmul(s, vm.fma(b, x, sbar, splat_like(x, 1.0)))
 
 
 def _d_gelu_erf(b, x):
@@ -89,43 +86,43 @@ def _d_gelu_erf(b, x):
 
 def _d_gelu_tanh(b, x):
     """d/dx x·σ(2u), u = c0·(x + c1x³): S + (x·S·S̄)·2c0·(1 + 3c1·x²) (x² capped: no inf·0)."""
-    inner = vm.fma(b, b.fmul(_c(x, GELU_C1), x), b.fmul(x, x), x)
-    s, sbar = sigmoid_pair(b, b.fmul(_c(x, 2.0 * GELU_C0), inner))
-    x2 = vm.minnum(b, b.fmul(x, x), _c(x, 1e30))
-    slope = b.fmul(_c(x, 2.0 * GELU_C0), vm.fma(b, _c(x, 3.0 * GELU_C1), x2, _c(x, 1.0)))
+    inner = vm.fma(b, b.fmul(splat_like(x, GELU_C1), x), b.fmul(x, x), x)
+    s, sbar = sigmoid_pair(b, b.fmul(splat_like(x, 2.0 * GELU_C0), inner))
+    x2 = vm.minnum(b, b.fmul(x, x), splat_like(x, 1e30))
+    slope = b.fmul(splat_like(x, 2.0 * GELU_C0), vm.fma(b, splat_like(x, 3.0 * GELU_C1), x2, splat_like(x, 1.0)))
     return vm.fma(b, b.fmul(b.fmul(x, s), sbar), slope, s)
 
 
 def _d_sqrt(b, x):
     """0.5/√x, 0 where √x = 0."""
     r = vm.sqrt(b, x)
-    return b.select(b.fcmp_ordered("==", r, _c(x, 0.0)), _c(x, 0.0), b.fdiv(_c(x, 0.5), r))
+    return b.select(b.fcmp_ordered("==", r, splat_like(x, 0.0)), splat_like(x, 0.0), b.fdiv(splat_like(x, 0.5), r))
 
 
 def _d_rsqrt(b, x):
     """−0.5·x^(−3/2) as (−0.5/√x)/x (halved first: no overflow just past the range), 0 where x ≤ 0."""
-    d = b.fdiv(b.fdiv(_c(x, -0.5), vm.sqrt(b, x)), x)
-    return b.select(b.fcmp_ordered("<=", x, _c(x, 0.0)), _c(x, 0.0), d)
+    d = b.fdiv(b.fdiv(splat_like(x, -0.5), vm.sqrt(b, x)), x)
+    return b.select(b.fcmp_ordered("<=", x, splat_like(x, 0.0)), splat_like(x, 0.0), d)
 
 
 def _d_tan(b, x):
     """1 + tan²."""
     t = vm.tan(b, x)
-    return vm.fma(b, t, t, _c(x, 1.0))
+    return vm.fma(b, t, t, splat_like(x, 1.0))
 
 
 def _d_atan(b, x):
     """1/(1 + x²); for |x| > 1 as (1/|x|)·1/(|x| + 1/|x|), so a huge x² never overflows."""
     a = vm.fabs(b, x)
-    r = b.fdiv(_c(x, 1.0), a)
-    far = b.fmul(r, b.fdiv(_c(x, 1.0), b.fadd(a, r)))
-    near = b.fdiv(_c(x, 1.0), vm.fma(b, x, x, _c(x, 1.0)))
-    return b.select(b.fcmp_ordered(">", a, _c(x, 1.0)), far, near)
+    r = b.fdiv(splat_like(x, 1.0), a)
+    far = b.fmul(r, b.fdiv(splat_like(x, 1.0), b.fadd(a, r)))
+    near = b.fdiv(splat_like(x, 1.0), vm.fma(b, x, x, splat_like(x, 1.0)))
+    return b.select(b.fcmp_ordered(">", a, splat_like(x, 1.0)), far, near)
 
 
 def _d_recip(b, x):
     """−1/x² = −(1/x)² (no denormal x² in between)."""
-    r = b.fdiv(_c(x, 1.0), x)
+    r = b.fdiv(splat_like(x, 1.0), x)
     return b.fneg(b.fmul(r, r))
 
 
@@ -137,33 +134,33 @@ def _d_sigmoid(b, x):
 
 def _d_tanh(b, x):
     """1 − tanh² = 4·σ(2x)·σ(−2x)."""
-    s, sbar = sigmoid_pair(b, b.fmul(x, _c(x, 2.0)))
-    return b.fmul(b.fmul(s, _c(x, 4.0)), sbar)
+    s, sbar = sigmoid_pair(b, b.fmul(x, splat_like(x, 2.0)))
+    return b.fmul(b.fmul(s, splat_like(x, 4.0)), sbar)
 
 
 _DERIVATIVES: dict[Activation, Callable] = {
-    A.Relu: lambda b, x: b.select(b.fcmp_ordered(">", x, _c(x, 0.0)), _c(x, 1.0), _c(x, 0.0)),
+    A.Relu: lambda b, x: b.select(b.fcmp_ordered(">", x, splat_like(x, 0.0)), splat_like(x, 1.0), splat_like(x, 0.0)),
     A.Sigmoid: _d_sigmoid,
     A.Tanh: _d_tanh,
     A.Silu: _d_silu,
     A.Exp: lambda b, x: vm.exp(b, x),
-    A.Log: lambda b, x: b.fdiv(_c(x, 1.0), x),
+    A.Log: lambda b, x: b.fdiv(splat_like(x, 1.0), x),
     A.Sqrt: _d_sqrt,
     A.Rsqrt: _d_rsqrt,
-    A.Neg: lambda b, x: _c(x, -1.0),
+    A.Neg: lambda b, x: splat_like(x, -1.0),
     A.Abs: _sign,
-    A.Round: lambda b, x: _c(x, 1.0),
+    A.Round: lambda b, x: splat_like(x, 1.0),
     A.Sin: lambda b, x: vm.cos(b, x),
     A.Cos: lambda b, x: b.fneg(vm.sin(b, x)),
     A.Tan: _d_tan,
     A.Atan: _d_atan,
     A.Recip: _d_recip,
-    A.Floor: lambda b, x: _c(x, 0.0),
-    A.Ceil: lambda b, x: _c(x, 0.0),
-    A.Sign: lambda b, x: _c(x, 0.0),
+    A.Floor: lambda b, x: splat_like(x, 0.0),
+    A.Ceil: lambda b, x: splat_like(x, 0.0),
+    A.Sign: lambda b, x: splat_like(x, 0.0),
     A.Softplus: lambda b, x: sigmoid_pair(b, x)[0],
     # PyTorch's elu_backward: e^x where x ≤ 0, else 1 (so a NaN x gives 1)
-    A.Elu: lambda b, x: b.select(b.fcmp_ordered("<=", x, _c(x, 0.0)), vm.exp(b, x), _c(x, 1.0)),
+    A.Elu: lambda b, x: b.select(b.fcmp_ordered("<=", x, splat_like(x, 0.0)), vm.exp(b, x), splat_like(x, 1.0)),
 }
 
 
@@ -202,7 +199,7 @@ def _grad_map(ctx: EmitContext, t, grad: Callable) -> None:
 @lowering(T.ReluBackward, T.ReluBackwardF64, inplace=True)
 def relu_backward(ctx: EmitContext, t) -> None:
     """dx = dy where x > 0, else +0 (a select: NaN x → 0, NaN dy passes only where x > 0)."""
-    _grad_map(ctx, t, lambda b, x, dy: b.select(b.fcmp_ordered(">", x, _c(x, 0.0)), dy, _c(x, 0.0)))
+    _grad_map(ctx, t, lambda b, x, dy: b.select(b.fcmp_ordered(">", x, splat_like(x, 0.0)), dy, splat_like(x, 0.0)))
 
 
 @lowering(T.ActivationBackward, T.ActivationBackwardF64, check=check_activation_backward, inplace=True)

@@ -24,10 +24,11 @@ from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import MaskKind
 from . import vecmath as vm
-from .core import F32, FASTMATH, I1, I32, I64, EmitContext, const
+from .context import EmitContext
+from .toolkit import (F32, FASTMATH, I1, I32, I64, as_value, carried_loop, const, iadd, imul, lane_ids, load_lanes,
+                      splat, store_lanes, vec)
 from ..registry import lowering
-from .rows import (SUM, as_value, carried_loop, exp_sum, iadd, imul, lane_ids, load_lanes, parallel_rows,
-                   reduce_row, row_max, splat, store_lanes)
+from .rows import SUM, exp_sum, parallel_rows, reduce_row, row_max
 
 PARALLEL_MIN_FLOPS = 1 << 18   # ≈ 20-40 µs of attention work per thread before a fork pays off
 OUT_VECTORS = 4                # output vectors of the weighted sum held in registers at once
@@ -594,7 +595,7 @@ def _axial_rows(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> None:
         py = b.uitofp(b.udiv(pos, I64(t.end_x)), F32)
 
         def angles(c: ir.Value, w: int) -> None:
-            f = b.load(b.gep(g, [I64(0), c], inbounds=True, source_etype=fty), typ=vm.shaped(F32, w), align=4)
+            f = b.load(b.gep(g, [I64(0), c], inbounds=True, source_etype=fty), typ=vec(F32, w), align=4)
             ax = b.fmul(splat(b, px, w), f)
             ay = b.fmul(splat(b, py, w), f)
             for k, v in enumerate((vm.cos(b, ax), vm.sin(b, ax), vm.cos(b, ay), vm.sin(b, ay))):

@@ -22,8 +22,11 @@ from llvmlite import ir
 from .. import thunks as T
 from ..dtypes import DType
 from ..errors import ValidationError
+from ..thunks.base import USIZE_MAX
 from ..reference.casts import CAST_DTYPES, COPY_ITEMSIZE
-from .core import F32, F64, I1, I8, I32, I64, PTR, STORAGE, EmitContext, f32_to_bf16_bits, splat_like, vec, width_of
+from .context import EmitContext
+from .toolkit import (F32, F64, I32, I64, I8, STORAGE, bf16_bits_to_f32, call_intrinsic, copy_bytes, f32_to_bf16_bits,
+                      scalar_of, splat_like, vec_like, width_of)
 from ..registry import lowering
 
 _PART = {DType.C64: DType.F32, DType.C128: DType.F64}
@@ -39,26 +42,8 @@ class Value:
     signed: bool = False
 
 
-def _like(x: ir.Value, ty: ir.Type) -> ir.Type:
-    return vec(ty, width_of(x))
-
-
-def _elem(x: ir.Value) -> ir.Type:
-    return x.type.element if isinstance(x.type, ir.VectorType) else x.type
-
-
-def _mangle(ty: ir.Type) -> str:
-    if isinstance(ty, ir.VectorType):
-        return f"v{ty.count}{_mangle(ty.element)}"
-    return {F32: "f32", F64: "f64"}.get(ty) or f"i{ty.width}"
-
-
-def _fabs(ctx: EmitContext, x: ir.Value) -> ir.Value:
-    return ctx.b.call(ctx.intrinsic(f"llvm.fabs.{_mangle(x.type)}", x.type, [x.type]), [x])
-
-
 def _flag(b: ir.IRBuilder, cond: ir.Value, ty: ir.Type) -> ir.Value:
-    return b.zext(cond, _like(cond, ty))
+    return b.zext(cond, vec_like(cond, ty))
 
 
 # ── exact intermediate steps ────────────────────────────────────────────────
@@ -67,13 +52,13 @@ def f64_to_f32_odd(ctx: EmitContext, d: ir.Value) -> ir.Value:
     """f64 → f32 rounded to odd: the RNE result, stepped one ulp toward zero if it overshot, with
     its last bit set if inexact (NaN: the plain `fptrunc`, quiet)."""
     b = ctx.b
-    f = b.fptrunc(d, _like(d, F32))
+    f = b.fptrunc(d, vec_like(d, F32))
     back = b.fpext(f, d.type)
     inexact = b.fcmp_ordered("!=", back, d)
-    overshot = b.fcmp_ordered(">", _fabs(ctx, back), _fabs(ctx, d))
-    bits = b.bitcast(f, _like(d, I32))
+    overshot = b.fcmp_ordered(">", call_intrinsic(ctx, "llvm.fabs", [back]), call_intrinsic(ctx, "llvm.fabs", [d]))
+    bits = b.bitcast(f, vec_like(d, I32))
     bits = b.or_(b.sub(bits, _flag(b, overshot, I32)), _flag(b, inexact, I32))
-    return b.bitcast(bits, _like(d, F32))
+    return b.bitcast(bits, vec_like(d, F32))
 
 
 _BELOW_2_63 = 2.0 ** 63 - 1024  # the largest f64 below 2^63
@@ -82,35 +67,27 @@ _BELOW_2_63 = 2.0 ** 63 - 1024  # the largest f64 below 2^63
 def i64_to_f64_odd(ctx: EmitContext, x: ir.Value) -> ir.Value:
     """i64 → f64 rounded to odd (the RNE conversion, moved one ulp toward zero when it overshot)."""
     b = ctx.b
-    d = b.sitofp(x, _like(x, F64))
-    big = b.fcmp_ordered(">", d, splat_like(d, F64, _BELOW_2_63))          # d == 2^63 > every i64
-    back = b.fptosi(b.select(big, splat_like(d, F64, _BELOW_2_63), d), x.type)
+    d = b.sitofp(x, vec_like(x, F64))
+    big = b.fcmp_ordered(">", d, splat_like(d, _BELOW_2_63, F64))          # d == 2^63 > every i64
+    back = b.fptosi(b.select(big, splat_like(d, _BELOW_2_63, F64), d), x.type)
     above = b.or_(big, b.icmp_signed(">", back, x))
     below = b.icmp_signed("<", back, x)
-    overshot = b.select(b.icmp_signed(">=", x, splat_like(x, I64, 0)), above, below)
+    overshot = b.select(b.icmp_signed(">=", x, splat_like(x, 0, I64)), above, below)
     inexact = b.or_(big, b.icmp_signed("!=", back, x))
-    bits = b.bitcast(d, _like(x, I64))
+    bits = b.bitcast(d, vec_like(x, I64))
     bits = b.or_(b.sub(bits, _flag(b, overshot, I64)), _flag(b, inexact, I64))
-    return b.bitcast(bits, _like(x, F64))
-
-
-def bf16_bits_to_f32_quiet(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
-    """bf16 bits → f32 as Rust `half` does: exact; a NaN gets its quiet bit set."""
-    wide = b.zext(bits, _like(bits, I32))
-    is_nan = b.icmp_unsigned(">", b.and_(wide, splat_like(wide, I32, 0x7FFF)), splat_like(wide, I32, 0x7F80))
-    wide = b.select(is_nan, b.or_(wide, splat_like(wide, I32, 0x40)), wide)
-    return b.bitcast(b.shl(wide, splat_like(wide, I32, 16)), _like(bits, F32))
+    return b.bitcast(bits, vec_like(x, F64))
 
 
 def _int_to_float(b: ir.IRBuilder, v: Value, ty: ir.Type) -> ir.Value:
     """Integer → f32/f64, correctly rounded (LLVM's sitofp/uitofp)."""
     conv = b.sitofp if v.signed else b.uitofp
-    return conv(v.re, _like(v.re, ty))
+    return conv(v.re, vec_like(v.re, ty))
 
 
 def _int_to_wide_float(ctx: EmitContext, v: Value) -> ir.Value:
     """Integer → f32 or f64 exactly, or (i64) rounded to odd at f64 — a safe start for a half."""
-    bits = _elem(v.re).width
+    bits = scalar_of(v.re.type).width
     if bits <= 24:
         return _int_to_float(ctx.b, v, F32)
     if bits <= 53:
@@ -121,14 +98,14 @@ def _int_to_wide_float(ctx: EmitContext, v: Value) -> ir.Value:
 def round_real(ctx: EmitContext, x: ir.Value, dst: DType) -> ir.Value:
     """An f32/f64 value rounded once (RNE) to float dtype `dst`'s storage."""
     b = ctx.b
-    is_f64 = _elem(x) == F64
+    is_f64 = scalar_of(x.type) == F64
     if dst is DType.F64:
-        return x if is_f64 else b.fpext(x, _like(x, F64))
+        return x if is_f64 else b.fpext(x, vec_like(x, F64))
     if dst is DType.F32:
-        return b.fptrunc(x, _like(x, F32)) if is_f64 else x
+        return b.fptrunc(x, vec_like(x, F32)) if is_f64 else x
     x = f64_to_f32_odd(ctx, x) if is_f64 else x
     if dst is DType.F16:
-        return b.fptrunc(x, _like(x, STORAGE[DType.F16]))       # F16C vcvtps2ph: RNE, exact
+        return b.fptrunc(x, vec_like(x, STORAGE[DType.F16]))       # F16C vcvtps2ph: RNE, exact
     return f32_to_bf16_bits(b, x)
 
 
@@ -140,35 +117,35 @@ def decode(ctx: EmitContext, dtype: DType, raw) -> Value:
     if dtype.is_complex:
         return Value("complex", *raw)
     if dtype is DType.Bool:
-        return Value("int", b.icmp_unsigned("!=", raw, splat_like(raw, I8, 0)))   # any non-zero byte
+        return Value("int", b.icmp_unsigned("!=", raw, splat_like(raw, 0, I8)))   # any non-zero byte
     if dtype.is_int:
         return Value("int", raw, signed=dtype.is_signed)
     if dtype is DType.F16:
-        return Value("real", b.fpext(raw, _like(raw, F32)))
+        return Value("real", b.fpext(raw, vec_like(raw, F32)))
     if dtype is DType.BF16:
-        return Value("real", bf16_bits_to_f32_quiet(b, raw))
+        return Value("real", bf16_bits_to_f32(b, raw))
     return Value("real", raw)
 
 
 def _nonzero(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    return b.fcmp_unordered("!=", x, splat_like(x, _elem(x), 0.0))   # NaN is non-zero
+    return b.fcmp_unordered("!=", x, splat_like(x, 0.0, scalar_of(x.type)))   # NaN is non-zero
 
 
 def _float_to_int(b: ir.IRBuilder, x: ir.Value, dst: DType) -> ir.Value:
     """Truncate toward zero, saturate at `dst`'s range, NaN → 0."""
-    fty = _elem(x)
+    fty = scalar_of(x.type)
     bits = STORAGE[dst].width
     lo, hi = (-(1 << bits - 1), (1 << bits - 1) - 1) if dst.is_signed else (0, (1 << bits) - 1)
     hi_f = _largest_float_at_most(hi, fty)
-    x = b.select(b.fcmp_unordered("uno", x, x), splat_like(x, fty, 0.0), x)
-    x = b.select(b.fcmp_ordered("<", x, splat_like(x, fty, float(lo))), splat_like(x, fty, float(lo)), x)
-    clamped = b.select(b.fcmp_ordered(">", x, splat_like(x, fty, hi_f)), splat_like(x, fty, hi_f), x)
+    x = b.select(b.fcmp_unordered("uno", x, x), splat_like(x, 0.0, fty), x)
+    x = b.select(b.fcmp_ordered("<", x, splat_like(x, float(lo), fty)), splat_like(x, float(lo), fty), x)
+    clamped = b.select(b.fcmp_ordered(">", x, splat_like(x, hi_f, fty)), splat_like(x, hi_f, fty), x)
     wide = I64 if bits == 64 else I32
     conv = b.fptoui if dst is DType.U32 else b.fptosi
-    r = conv(clamped, _like(x, wide))
+    r = conv(clamped, vec_like(x, wide))
     if hi_f != hi:  # hi itself is not a float: anything above hi_f is ≥ hi + 1
-        r = b.select(b.fcmp_ordered(">", x, splat_like(x, fty, hi_f)), splat_like(x, wide, hi), r)
-    return r if bits >= 32 else b.trunc(r, _like(x, STORAGE[dst]))
+        r = b.select(b.fcmp_ordered(">", x, splat_like(x, hi_f, fty)), splat_like(x, hi, wide), r)
+    return r if bits >= 32 else b.trunc(r, vec_like(x, STORAGE[dst]))
 
 
 def _largest_float_at_most(n: int, fty: ir.Type) -> float:
@@ -179,11 +156,11 @@ def _largest_float_at_most(n: int, fty: ir.Type) -> float:
 
 def _resize_int(b: ir.IRBuilder, v: Value, ty: ir.Type) -> ir.Value:
     """int → int: wrap (truncate), sign- or zero-extend."""
-    src = _elem(v.re).width
+    src = scalar_of(v.re.type).width
     if src > ty.width:
-        return b.trunc(v.re, _like(v.re, ty))
+        return b.trunc(v.re, vec_like(v.re, ty))
     if src < ty.width:
-        return (b.sext if v.signed else b.zext)(v.re, _like(v.re, ty))
+        return (b.sext if v.signed else b.zext)(v.re, vec_like(v.re, ty))
     return v.re
 
 
@@ -203,7 +180,7 @@ def encode(ctx: EmitContext, v: Value, dst: DType):
         if v.kind == "complex":
             return round_real(ctx, v.re, part), round_real(ctx, v.im, part)
         re = _to_float(ctx, v, part)
-        return re, splat_like(re, STORAGE[part], 0.0)
+        return re, splat_like(re, 0.0, STORAGE[part])
     if dst is DType.Bool:
         if v.kind == "int":
             nz = b.icmp_unsigned("!=", v.re, ir.Constant(v.re.type, None))
@@ -211,7 +188,7 @@ def encode(ctx: EmitContext, v: Value, dst: DType):
             nz = _nonzero(b, v.re)
         else:
             nz = b.or_(_nonzero(b, v.re), _nonzero(b, v.im))
-        return b.zext(nz, _like(nz, I8))
+        return b.zext(nz, vec_like(nz, I8))
     if dst.is_int:
         return _resize_int(b, v, STORAGE[dst]) if v.kind == "int" else _float_to_int(b, v.re, dst)
     return _to_float(ctx, v, dst)
@@ -260,12 +237,10 @@ def _align(offset: int, size: int) -> int:
     return size if offset == 0 else min(size, offset & -offset)
 
 
-def copy_bytes(ctx: EmitContext, src: int, dst: int, nbytes: int) -> None:
-    """memcpy of `nbytes` (nothing when the source is the destination)."""
-    if nbytes == 0 or src == dst:
-        return
-    memcpy = ctx.intrinsic("llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, I1])
-    ctx.b.call(memcpy, [ctx.addr(dst), ctx.addr(src), I64(nbytes), I1(0)])
+def copy_slot(ctx: EmitContext, src: int, dst: int, nbytes: int) -> None:
+    """memcpy of `nbytes` between arena slots (nothing when the source is the destination)."""
+    if nbytes and src != dst:
+        copy_bytes(ctx, ctx.addr(dst), ctx.addr(src), nbytes)
 
 
 # ── the lowerings ───────────────────────────────────────────────────────────
@@ -280,15 +255,12 @@ def emit_cast(ctx: EmitContext, src: DType, dst: DType, src_off: int, dst_off: i
     if n == 0:
         return
     if bit_identical(src, dst):
-        return copy_bytes(ctx, src_off, dst_off, n * src.itemsize)
+        return copy_slot(ctx, src_off, dst_off, n * src.itemsize)
 
     def body(i: ir.Value, w: int) -> None:
         store(ctx, dst, dst_off, convert(ctx, src, dst, load(ctx, src, src_off, i, w)), i)
 
     ctx.vector_loop(n, body)
-
-
-USIZE_MAX = 2**64 - 1
 
 
 def check_buffers(t) -> None:
@@ -309,7 +281,7 @@ def check_cast_generic(t) -> None:
 @lowering(*(T.ALL_THUNKS[kind] for kind in COPY_ITEMSIZE), check=check_buffers, inplace=True)
 def copy(ctx: EmitContext, t) -> None:
     """Copy / CopyF64 / CopyI64: `len` elements of 4 or 8 bytes."""
-    copy_bytes(ctx, t.src, t.dst, t.len * COPY_ITEMSIZE[type(t).__name__])
+    copy_slot(ctx, t.src, t.dst, t.len * COPY_ITEMSIZE[type(t).__name__])
 
 
 @lowering(*(T.ALL_THUNKS[kind] for kind in CAST_DTYPES), check=check_buffers, inplace=True)

@@ -30,12 +30,14 @@ from llvmlite import ir
 
 from .. import thunks as T
 from ..errors import ValidationError
-from ..kernels.blas import BLAS_INT_MAX, FortranArgs
+from ..kernels.blas import BLAS_INT_MAX
 from ..ops import ReduceOp
-from .core import F32, I32, I64, EmitContext, const
-from .gemm import ArenaRef, ScratchRef, copy_matrix, entry_alloca, gemm, independent_gemms, scratch_ptr
+from .context import ArenaRef, EmitContext, ScratchRef
+from .toolkit import F32, I32, I64, const, entry_alloca, iadd, imul, scratch_ptr, splat
+from .gemm import copy_matrix, gemm, independent_gemms
 from ..registry import lowering
-from .rows import iadd, imul, parallel_rows
+from .rows import parallel_rows
+from .blas_calls import FortranArgs
 
 # (image, group) GEMMs up to this many are unrolled with constant offsets (each GEMM then splits
 # its own column panels across threads); more are split across threads as whole GEMMs.
@@ -661,13 +663,6 @@ def max_pool_backward(ctx: EmitContext, t) -> None:
                         windows(ow, 1, clamp_taps(b, ow, wz))
 
     parallel_rows(ctx, planes, 8 * in_plane + 4 * out_plane * dz.k * hz.k * wz.k, chunk)
-
-
-def splat(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
-    """`width` copies of scalar `x`."""
-    vty = ir.VectorType(x.type, width)
-    one = b.insert_element(ir.Constant(vty, None), x, I32(0))
-    return b.shuffle_vector(one, ir.Constant(vty, None), ir.Constant(ir.VectorType(I32, width), [I32(0)] * width))
 
 
 @lowering(T.MaxPool2dBackward, T.MaxPool3dBackward, check=check_max_pool_backward, shared_body=True)

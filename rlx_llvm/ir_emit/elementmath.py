@@ -28,18 +28,9 @@ from llvmlite import ir
 from ..errors import ValidationError
 from ..ops import Activation, BinaryOp, CmpOp
 from . import vecmath as vm
-
-F32, F64, I1, I32, I64 = ir.FloatType(), ir.DoubleType(), ir.IntType(1), ir.IntType(32), ir.IntType(64)
+from .toolkit import F32, F64, I64, scalar_of, splat_like, vec_like
 
 A = Activation
-
-
-def _c(x: ir.Value, v) -> ir.Constant:
-    return vm.splat(x, v)
-
-
-def _like(x: ir.Value, ety: ir.Type) -> ir.Type:
-    return vm.shaped(ety, vm.width(x))
 
 
 # ── Rust casts ──────────────────────────────────────────────────────────────
@@ -50,13 +41,13 @@ def f32_to_int_sat(b: ir.IRBuilder, x: ir.Value, bits: int, signed: bool) -> ir.
     Clamp, then a plain `fptosi/fptoui`: `llvm.fpto*i.sat` would be scalarized on x86.
     """
     import numpy as np
-    ity = _like(x, ir.IntType(bits))
+    ity = vec_like(x, ir.IntType(bits))
     lo, hi = (-2 ** (bits - 1), 2 ** (bits - 1) - 1) if signed else (0, 2 ** bits - 1)
-    npf = np.float64 if vm.elem_type(x) == ir.DoubleType() else np.float32
+    npf = np.float64 if scalar_of(x.type) == ir.DoubleType() else np.float32
     below_top = float(np.nextafter(npf(hi + 1), npf(0)))          # largest float < 2^k
-    clamped = vm.minnum(b, vm.maxnum(b, x, _c(x, float(lo))), _c(x, below_top))
+    clamped = vm.minnum(b, vm.maxnum(b, x, splat_like(x, float(lo))), splat_like(x, below_top))
     v = b.fptosi(clamped, ity) if signed else b.fptoui(clamped, ity)
-    v = b.select(b.fcmp_ordered(">=", x, _c(x, float(hi + 1))), ir.Constant(ity, [hi] * ity.count)
+    v = b.select(b.fcmp_ordered(">=", x, splat_like(x, float(hi + 1))), ir.Constant(ity, [hi] * ity.count)
                  if isinstance(ity, ir.VectorType) else ir.Constant(ity, hi), v)
     zero = ir.Constant(ity, None)
     return b.select(b.fcmp_unordered("uno", x, x), zero, v)
@@ -74,7 +65,7 @@ def _to_float(b, i, x):
 
 def _zero_tie(b, l, r, picked, combine):
     """Where l == r (only ±0 vs ∓0 can differ in bits) merge the bit patterns with `combine`."""
-    merged = vm.from_bits(b, combine(vm.to_bits(b, l), vm.to_bits(b, r)), vm.elem_type(l))
+    merged = vm.from_bits(b, combine(vm.to_bits(b, l), vm.to_bits(b, r)), scalar_of(l.type))
     return b.select(b.fcmp_ordered("==", l, r), merged, picked)
 
 
@@ -94,49 +85,49 @@ def rust_min(b: ir.IRBuilder, l: ir.Value, r: ir.Value) -> ir.Value:
 
 def _softplus(b, x):
     """max(x, 0) + log1p(e^−|x|)."""
-    return b.fadd(rust_max(b, x, _c(x, 0.0)), vm.log1p(b, vm.exp(b, b.fneg(vm.fabs(b, x)))))
+    return b.fadd(rust_max(b, x, splat_like(x, 0.0)), vm.log1p(b, vm.exp(b, b.fneg(vm.fabs(b, x)))))
 
 
 def _log_sigmoid(b, x):
     """min(x, 0) − log1p(e^−|x|)."""
-    return b.fsub(rust_min(b, x, _c(x, 0.0)), vm.log1p(b, vm.exp(b, b.fneg(vm.fabs(b, x)))))
+    return b.fsub(rust_min(b, x, splat_like(x, 0.0)), vm.log1p(b, vm.exp(b, b.fneg(vm.fabs(b, x)))))
 
 
 def _sign(b, x):
     """+1 / −1 / 0 (0 for ±0 and NaN)."""
-    pos = b.fcmp_ordered(">", x, _c(x, 0.0))
-    neg = b.fcmp_ordered("<", x, _c(x, 0.0))
-    return b.select(pos, _c(x, 1.0), b.select(neg, _c(x, -1.0), _c(x, 0.0)))
+    pos = b.fcmp_ordered(">", x, splat_like(x, 0.0))
+    neg = b.fcmp_ordered("<", x, splat_like(x, 0.0))
+    return b.select(pos, splat_like(x, 1.0), b.select(neg, splat_like(x, -1.0), splat_like(x, 0.0)))
 
 
 def _gelu_tanh(b, x):
     """0.5·x·(1 + tanh(0.7978846·(x + 0.044715·x³))) written as x·σ(2u)."""
-    inner = vm.fma(b, b.fmul(_c(x, 0.044715), x), b.fmul(x, x), x)
-    return b.fmul(x, vm.sigmoid(b, b.fmul(_c(x, 2.0 * 0.7978846), inner)))
+    inner = vm.fma(b, b.fmul(splat_like(x, 0.044715), x), b.fmul(x, x), x)
+    return b.fmul(x, vm.sigmoid(b, b.fmul(splat_like(x, 2.0 * 0.7978846), inner)))
 
 
 def _gelu_erf(b, x):
     """0.5·x·(1 + erf(x/√2)) = 0.5·x·erfc(−x/√2)."""
-    z = b.fmul(x, _c(x, -1.0 / math.sqrt(2.0)))
-    return b.fmul(b.fmul(_c(x, 0.5), x), vm.erfc(b, z))
+    z = b.fmul(x, splat_like(x, -1.0 / math.sqrt(2.0)))
+    return b.fmul(b.fmul(splat_like(x, 0.5), x), vm.erfc(b, z))
 
 
 def _hard_swish(b, x):
     """x·clamp(x+3, 0, 6)/6 (NaN-ignoring clamp; a NaN x still gives NaN)."""
-    c = vm.minnum(b, vm.maxnum(b, b.fadd(x, _c(x, 3.0)), _c(x, 0.0)), _c(x, 6.0))
-    return b.fmul(x, b.fdiv(c, _c(x, 6.0)))            # x·(c/6): no overflow of x·c near FLT_MAX
+    c = vm.minnum(b, vm.maxnum(b, b.fadd(x, splat_like(x, 3.0)), splat_like(x, 0.0)), splat_like(x, 6.0))
+    return b.fmul(x, b.fdiv(c, splat_like(x, 6.0)))            # x·(c/6): no overflow of x·c near FLT_MAX
 
 
 def _hard_sigmoid(b, x):
     """clamp(x/6 + 0.5, 0, 1) evaluated as (x+3)/6 (exact near −3); NaN stays NaN."""
-    return vm.clamp_nan_keep(b, b.fdiv(b.fadd(x, _c(x, 3.0)), _c(x, 6.0)), 0.0, 1.0)
+    return vm.clamp_nan_keep(b, b.fdiv(b.fadd(x, splat_like(x, 3.0)), splat_like(x, 6.0)), 0.0, 1.0)
 
 
 def _common(b, act: Activation, x: ir.Value):
     """The formulas shared by the f32 and f64 activation kernels (None if not one of them)."""
-    one = _c(x, 1.0)
+    one = splat_like(x, 1.0)
     table = {
-        A.Relu: lambda: rust_max(b, x, _c(x, 0.0)),
+        A.Relu: lambda: rust_max(b, x, splat_like(x, 0.0)),
         A.Sigmoid: lambda: vm.sigmoid(b, x),
         A.Tanh: lambda: vm.tanh(b, x),
         A.Exp: lambda: vm.exp(b, x),
@@ -154,7 +145,7 @@ def _common(b, act: Activation, x: ir.Value):
         A.Ceil: lambda: vm.ceil(b, x),
         A.Sign: lambda: _sign(b, x),
         A.Softplus: lambda: _softplus(b, x),
-        A.Elu: lambda: b.select(b.fcmp_ordered(">", x, _c(x, 0.0)), x, vm.expm1(b, x)),
+        A.Elu: lambda: b.select(b.fcmp_ordered(">", x, splat_like(x, 0.0)), x, vm.expm1(b, x)),
         A.Erf: lambda: vm.erf(b, x),
         A.HardSwish: lambda: _hard_swish(b, x),
         A.HardSigmoid: lambda: _hard_sigmoid(b, x),
@@ -167,7 +158,7 @@ def _common(b, act: Activation, x: ir.Value):
 
 
 def _check_float(x: ir.Value, ety: ir.Type, what: str) -> None:
-    if vm.elem_type(x) != ety:
+    if scalar_of(x.type) != ety:
         raise TypeError(f"{what} expects {ety} lanes, got {x.type}")
 
 
@@ -208,7 +199,7 @@ def activation_c64(b: ir.IRBuilder, act: Activation, re: ir.Value, im: ir.Value)
         return b.fneg(re), b.fneg(im)
     if act not in (A.Exp, A.Log, A.Sqrt):
         raise ValidationError(f"ActivationC64 supports Neg, Exp, Log, Sqrt, not {act.name}", field="kind")
-    dty = _like(re, F64)
+    dty = vec_like(re, F64)
     a, c = b.fpext(re, dty), b.fpext(im, dty)
     if act is A.Exp:
         out = _cexp(b, a, c)
@@ -222,14 +213,14 @@ def activation_c64(b: ir.IRBuilder, act: Activation, re: ir.Value, im: ir.Value)
 def _cexp(b, a, c):
     """e^a·(cos c + i·sin c); an imaginary part of ±0 stays ±0 (so e^(inf+0i) = inf+0i)."""
     e = vm.exp(b, a)
-    im = b.select(b.fcmp_ordered("==", c, _c(c, 0.0)), c, b.fmul(e, vm.sin(b, c)))
+    im = b.select(b.fcmp_ordered("==", c, splat_like(c, 0.0)), c, b.fmul(e, vm.sin(b, c)))
     return b.fmul(e, vm.cos(b, c)), im
 
 
 def _clog(b, a, c):
     """ln|z| + i·atan2(c, a), |z|² = a² + c² is exact enough in f64 for f32 inputs."""
     mag2 = b.fadd(b.fmul(a, a), b.fmul(c, c))
-    return b.fmul(_c(a, 0.5), vm.log(b, mag2)), vm.atan2(b, c, a)
+    return b.fmul(splat_like(a, 0.5), vm.log(b, mag2)), vm.atan2(b, c, a)
 
 
 def _csqrt(b, a, c):
@@ -237,17 +228,17 @@ def _csqrt(b, a, c):
 
     The imaginary sign is that of c with c = ±0 counting as + (b=0, a<0 → +i√|a|); z = 0 → (0, c);
     c = ±inf → (inf, c)."""
-    zero = _c(a, 0.0)
+    zero = splat_like(a, 0.0)
     mod = vm.sqrt(b, b.fadd(b.fmul(a, a), b.fmul(c, c)))
-    t = vm.sqrt(b, b.fmul(_c(a, 0.5), b.fadd(vm.fabs(b, a), mod)))
-    two_t = b.fmul(_c(a, 2.0), t)
+    t = vm.sqrt(b, b.fmul(splat_like(a, 0.5), b.fadd(vm.fabs(b, a), mod)))
+    two_t = b.fmul(splat_like(a, 2.0), t)
     pos = b.fcmp_unordered(">=", a, zero)
     re = b.select(pos, t, b.fdiv(vm.fabs(b, c), two_t))
     im = b.select(pos, b.fdiv(c, two_t), b.select(b.fcmp_ordered("<", c, zero), b.fneg(t), t))
     is_zero = b.fcmp_ordered("==", t, zero)
     re, im = b.select(is_zero, zero, re), b.select(is_zero, c, im)
-    inf_c = b.fcmp_ordered("==", vm.fabs(b, c), _c(a, math.inf))
-    return b.select(inf_c, _c(a, math.inf), re), b.select(inf_c, c, im)
+    inf_c = b.fcmp_ordered("==", vm.fabs(b, c), splat_like(a, math.inf))
+    return b.select(inf_c, splat_like(a, math.inf), re), b.select(inf_c, c, im)
 
 
 # ── binary ops ──────────────────────────────────────────────────────────────
@@ -278,8 +269,8 @@ def _float_binary(b, op: BinaryOp, l, r):
         fn = {BinaryOp.BitAnd: b.and_, BinaryOp.BitOr: b.or_, BinaryOp.BitXor: b.xor}[op]
         return _to_float(b, fn(li, ri), l)
     if op in (BinaryOp.Shl, BinaryOp.Shr):
-        amount = b.zext(f32_to_int_sat(b, r, 32, False), _like(l, I64))   # r as u32
-        amount = b.and_(amount, vm.splat(amount, 63))                      # wrapping_shl masks
+        amount = b.zext(f32_to_int_sat(b, r, 32, False), vec_like(l, I64))   # r as u32
+        amount = b.and_(amount, splat_like(amount, 63))                      # wrapping_shl masks
         shifted = b.shl(li, amount) if op is BinaryOp.Shl else b.ashr(li, amount)
         return _to_float(b, shifted, l)
     raise ValidationError(f"unknown binary op {op!r}", field="op")
@@ -299,25 +290,25 @@ def binary_f64(b: ir.IRBuilder, op: BinaryOp, l: ir.Value, r: ir.Value) -> ir.Va
 
 def _ipow(b, base, exp):
     """Wrapping base^exp by square-and-multiply over the 63 magnitude bits; exp < 0 → 0 unless |base| = 1."""
-    one = vm.splat(base, 1)
+    one = splat_like(base, 1)
     acc, sq, e = one, base, exp
     for _ in range(63):
-        bit = b.icmp_signed("!=", b.and_(e, one), vm.splat(e, 0))
+        bit = b.icmp_signed("!=", b.and_(e, one), splat_like(e, 0))
         acc = b.select(bit, b.mul(acc, sq), acc)
         sq = b.mul(sq, sq)
         e = b.lshr(e, one)
-    neg = b.icmp_signed("<", exp, vm.splat(exp, 0))
-    odd = b.icmp_signed("!=", b.and_(exp, one), vm.splat(exp, 0))
-    minus_one = vm.splat(base, -1)
+    neg = b.icmp_signed("<", exp, splat_like(exp, 0))
+    odd = b.icmp_signed("!=", b.and_(exp, one), splat_like(exp, 0))
+    minus_one = splat_like(base, -1)
     at_neg = b.select(b.icmp_signed("==", base, one), one,
                       b.select(b.icmp_signed("==", base, minus_one), b.select(odd, minus_one, one),
-                               vm.splat(base, 0)))
+                               splat_like(base, 0)))
     return b.select(neg, at_neg, acc)
 
 
 def binary_i64(b: ir.IRBuilder, op: BinaryOp, l: ir.Value, r: ir.Value) -> ir.Value:
     """One i64 element of `l op r`: wrapping arithmetic, x/0 = x%0 = 0, masked shifts."""
-    zero, one, minus_one = vm.splat(l, 0), vm.splat(l, 1), vm.splat(l, -1)
+    zero, one, minus_one = splat_like(l, 0), splat_like(l, 1), splat_like(l, -1)
     if op is BinaryOp.Add:
         return b.add(l, r)
     if op is BinaryOp.Sub:
@@ -346,10 +337,10 @@ def binary_i64(b: ir.IRBuilder, op: BinaryOp, l: ir.Value, r: ir.Value) -> ir.Va
     if op is BinaryOp.BitXor:
         return b.xor(l, r)
     if op in (BinaryOp.Shl, BinaryOp.Shr):
-        amount = b.and_(r, vm.splat(r, 63))
+        amount = b.and_(r, splat_like(r, 63))
         return b.shl(l, amount) if op is BinaryOp.Shl else b.ashr(l, amount)
     if op is BinaryOp.Atan2:
-        dty = _like(l, F64)
+        dty = vec_like(l, F64)
         return f32_to_int_sat(b, vm.atan2(b, b.sitofp(l, dty), b.sitofp(r, dty)), 64, True)
     raise ValidationError(f"unknown binary op {op!r}", field="op")
 
@@ -364,7 +355,7 @@ def binary_c64(b: ir.IRBuilder, op: BinaryOp, lhs: tuple, rhs: tuple) -> tuple[i
         return b.fsub(lr, rr), b.fsub(li, ri)
     if op not in (BinaryOp.Mul, BinaryOp.Div):
         raise ValidationError(f"complex binary supports Add, Sub, Mul, Div, not {op.name}", field="op")
-    dty = _like(lr, F64)
+    dty = vec_like(lr, F64)
     a, c, x, y = (b.fpext(v, dty) for v in (lr, li, rr, ri))
     if op is BinaryOp.Mul:
         re = b.fsub(b.fmul(a, x), b.fmul(c, y))
@@ -384,7 +375,7 @@ _PRED = {CmpOp.Eq: "==", CmpOp.Ne: "!=", CmpOp.Lt: "<", CmpOp.Le: "<=", CmpOp.Gt
 def compare(b: ir.IRBuilder, op: CmpOp, l: ir.Value, r: ir.Value) -> ir.Value:
     """`l op r` as i1 lanes: IEEE for floats (NaN → false, except Ne → true), signed for ints."""
     pred = _PRED[op]
-    if isinstance(vm.elem_type(l), (ir.FloatType, ir.DoubleType)):
+    if isinstance(scalar_of(l.type), (ir.FloatType, ir.DoubleType)):
         if op is CmpOp.Ne:
             return b.fcmp_unordered(pred, l, r)
         return b.fcmp_ordered(pred, l, r)

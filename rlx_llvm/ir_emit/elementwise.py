@@ -26,9 +26,10 @@ from ..errors import ValidationError
 from ..ops import Activation, BinaryOp, CmpOp
 from . import elementmath as em
 from . import vecmath as vm
-from .core import F32, F64, I1, I8, I32, I64, EmitContext, const, width_of
+from .context import EmitContext
+from .toolkit import F32, F64, I1, I32, I64, I8, as_value, carried_loop, const, iadd, imul, lane_index, splat, width_of
 from ..registry import lowering
-from .rows import carried_loop, parallel_rows
+from .rows import parallel_rows
 
 Value = Union[ir.Value, tuple]  # a scalar/vector, or (re, im) for a complex element
 
@@ -59,47 +60,25 @@ BOOL_ELEM = Elem("bool", I8, 1)
 C64_ELEM = Elem("c64", F32, 4, parts=2)
 
 
-def _times(b: ir.IRBuilder, index: "ir.Value | int", k: int) -> "ir.Value | int":
-    """`index·k` (a Python int stays an int)."""
-    if isinstance(index, int):
-        return index * k
-    if k == 1:
-        return index
-    return b.mul(index, I64(k), flags=("nuw", "nsw"))
-
-
-def _plus(b: ir.IRBuilder, index: "ir.Value | int", k: "ir.Value | int") -> "ir.Value | int":
-    """`index + k`, folding Python ints and zeros."""
-    if isinstance(index, int) and isinstance(k, int):
-        return index + k
-    if isinstance(k, int) and k == 0:
-        return index
-    if isinstance(index, int) and index == 0:
-        return k
-    return b.add(I64(index) if isinstance(index, int) else index, I64(k) if isinstance(k, int) else k,
-                 flags=("nuw", "nsw"))
+IDX = ("nuw", "nsw")  # element indices here never wrap or go negative
 
 
 def _lane_mask(w: int, start: int, step: int) -> ir.Constant:
     return ir.Constant(ir.VectorType(I32, w), [ir.Constant(I32, start + step * j) for j in range(w)])
 
 
-def splat(b: ir.IRBuilder, x: Value, w: int) -> Value:
-    """Broadcast a scalar element (or a complex pair of scalars) to `w` lanes."""
+def splat_value(b: ir.IRBuilder, x: Value, w: int) -> Value:
+    """Broadcast a scalar element (or a complex pair of scalars, part by part) to `w` lanes."""
     if isinstance(x, tuple):
         return tuple(splat(b, p, w) for p in x)
-    if w == 1:
-        return x
-    vty = ir.VectorType(x.type, w)
-    v = b.insert_element(ir.Constant(vty, None), x, I32(0))
-    return b.shuffle_vector(v, ir.Constant(vty, None), _lane_mask(w, 0, 0))
+    return splat(b, x, w)
 
 
 def load_run(ctx: EmitContext, elem: Elem, offset: int, index: "ir.Value | int", w: int) -> Value:
     """`w` consecutive elements from element `index` (complex is deinterleaved into (re, im))."""
     if elem.parts == 1:
         return ctx.load(offset, elem.storage, index, w)
-    flat = ctx.load(offset, elem.storage, _times(ctx.b, index, elem.parts), elem.parts * w)
+    flat = ctx.load(offset, elem.storage, imul(ctx.b, index, elem.parts, IDX), elem.parts * w)
     b = ctx.b
     if w == 1:
         return tuple(b.extract_element(flat, I32(p)) for p in range(elem.parts))
@@ -113,10 +92,10 @@ def store_run(ctx: EmitContext, elem: Elem, offset: int, value: Value, index: "i
         ctx.store(offset, value, index)
         return
     b, w = ctx.b, width_of(value[0])
-    base = _times(b, index, elem.parts)
+    base = imul(b, index, elem.parts, IDX)
     if w == 1:
         for p, part in enumerate(value):
-            ctx.store(offset, part, _plus(b, base, p))
+            ctx.store(offset, part, iadd(b, base, p, IDX))
         return
     re, im = value  # interleave: lanes re0 im0 re1 im1 …
     mask = ir.Constant(ir.VectorType(I32, 2 * w), [ir.Constant(I32, j // 2 + (w if j % 2 else 0))
@@ -156,7 +135,7 @@ def load_strided(ctx: EmitContext, elem: Elem, offset: int, first: "ir.Value | i
         return load_run(ctx, elem, offset, first, 1)
     b = ctx.b
     vty = ir.VectorType(I64, w)
-    start = splat(b, I64(first) if isinstance(first, int) else first, w)
+    start = splat(b, as_value(first), w)
     lanes = ir.Constant(vty, [I64(stride * j) for j in range(w)])
     return load_gather(ctx, elem, offset, b.add(start, lanes, flags=("nuw", "nsw")))
 
@@ -244,8 +223,8 @@ def emit_walk(ctx: EmitContext, dims: Sequence[int], inputs: Sequence[Operand], 
         out_base = 0
         for axis, extent in enumerate(dims[:-1]):
             c = loops.enter_context(ctx.for_range(0, extent, name=f"axis{axis}"))
-            bases = [_plus(b, base, _times(b, c, s[axis])) if s[axis] else base for base, s in zip(bases, sets)]
-            out_base = _plus(b, out_base, _times(b, c, out_strides[axis]))
+            bases = [iadd(b, base, imul(b, c, s[axis], IDX), IDX) if s[axis] else base for base, s in zip(bases, sets)]
+            out_base = iadd(b, out_base, imul(b, c, out_strides[axis], IDX), IDX)
         inner = [s[-1] for s in sets]
         # stride-0 operands of the innermost axis: one scalar load per row, splat in the body
         row_values = {k: load_run(ctx, op.elem, op.offset, bases[k], 1)
@@ -255,13 +234,13 @@ def emit_walk(ctx: EmitContext, dims: Sequence[int], inputs: Sequence[Operand], 
             values = []
             for k, op in enumerate(inputs):
                 if inner[k] == 0:
-                    values.append(splat(b, row_values[k], lanes))
+                    values.append(splat_value(b, row_values[k], lanes))
                 elif inner[k] == 1:
-                    values.append(load_run(ctx, op.elem, op.offset, _plus(b, bases[k], j), lanes))
+                    values.append(load_run(ctx, op.elem, op.offset, iadd(b, bases[k], j, IDX), lanes))
                 else:
-                    first = _plus(b, bases[k], _times(b, j, inner[k]))
+                    first = iadd(b, bases[k], imul(b, j, inner[k], IDX), IDX)
                     values.append(load_strided(ctx, op.elem, op.offset, first, inner[k], lanes))
-            _store_all(ctx, outputs, compute(b, *values), _plus(b, out_base, j))
+            _store_all(ctx, outputs, compute(b, *values), iadd(b, out_base, j, IDX))
 
         ctx.vector_loop(dims[-1], body, width=w)
 
@@ -289,15 +268,14 @@ def emit_modular(ctx: EmitContext, n: int, inputs: Sequence[tuple[Operand, int]]
         values = []
         for k, (op, m) in enumerate(inputs):
             if m == 1:
-                values.append(splat(b, scalars[k], lanes))
+                values.append(splat_value(b, scalars[k], lanes))
             elif m >= n:
                 values.append(load_run(ctx, op.elem, op.offset, i, lanes))
             elif lanes == 1:
                 values.append(load_run(ctx, op.elem, op.offset, b.urem(i, I64(m)), 1))
             else:
-                vty = ir.VectorType(I64, lanes)
-                idx = b.add(splat(b, i, lanes), ir.Constant(vty, [I64(j) for j in range(lanes)]))
-                values.append(load_gather(ctx, op.elem, op.offset, b.urem(idx, ir.Constant(vty, [I64(m)] * lanes))))
+                idx = lane_index(b, i, lanes)
+                values.append(load_gather(ctx, op.elem, op.offset, b.urem(idx, const(I64, m, lanes))))
         _store_all(ctx, outputs, compute(b, *values), i)
 
     ctx.vector_loop(n, body, width=w)

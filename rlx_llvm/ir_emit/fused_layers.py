@@ -20,16 +20,16 @@ from llvmlite import ir
 
 from .. import thunks as T
 from ..errors import ValidationError
-from ..kernels.blas import FortranArgs
 from ..ops import Activation, MaskKind
 from ..thunks.attention import Attention, Rope, mask_elems
 from . import elementmath as em
 from .attention import _rope_rows, attention
-from .core import F32, FASTMATH, I64, EmitContext
-from .gemm import ArenaRef, Epilogue, ScratchRef, check_blas_ints, copy_bytes, gemm, scratch_ptr
+from .context import ArenaRef, EmitContext, ScratchRef
+from .toolkit import F32, FASTMATH, I64, copy_bytes, iadd, imul, scratch_ptr
+from .gemm import Epilogue, check_blas_ints, gemm
 from .norms import Stats, normalized, row_stats
 from ..registry import lowering
-from .rows import iadd, imul
+from .blas_calls import FortranArgs
 
 # Row loops (LayerNorm, SwiGLU) fork only when every thread gets at least this many elements
 # (≈ 128 KiB of f32, several µs of work against a fork/join of a few µs).

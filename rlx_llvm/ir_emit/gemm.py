@@ -30,8 +30,11 @@ from llvmlite import ir
 from .. import thunks as T
 from ..dtypes import DType, HalfKind
 from ..errors import ValidationError
-from ..kernels.blas import BLAS_INT_MAX, FortranArgs, Status
-from .core import F32, F64, I1, I8, I32, I64, PTR, STORAGE, EmitContext, narrow_from_f32, widen_to_f32
+from ..kernels.blas import BLAS_INT_MAX, Status
+from .blas_calls import FortranArgs
+from .context import ArenaRef, EmitContext, MovableRef, Operand, pointer
+from .toolkit import (F32, F64, I8, I32, I64, PTR, STORAGE, copy_bytes, entry_alloca, fail_unless, load_lanes,
+                      narrow_from_f32, scratch_ptr, splat, store_lanes, widen_to_f32, zero_bytes)
 from . import elementmath as em
 from ..registry import lowering
 
@@ -51,42 +54,7 @@ def check_blas_ints(*fields: str) -> Callable:
     return check
 
 
-# ── small IR helpers shared with linalg ──────────────────────────────────────
-
-def fail_unless(ctx: EmitContext, ok: ir.Value, status: "ir.Value | int") -> None:
-    """Return `status` from the thunk unless `ok` (i1) holds; code continues on the ok path."""
-    b = ctx.b
-    good = ctx.fn.append_basic_block("ok")
-    bad = ctx.fn.append_basic_block("fail")
-    b.cbranch(ok, good, bad)
-    b.position_at_end(bad)
-    ctx.fail(int(status) if isinstance(status, int) else status)
-    b.position_at_end(good)
-
-
-def entry_alloca(ctx: EmitContext, ty: ir.Type) -> ir.Value:
-    """A stack slot in the entry block (so it is promoted to a register)."""
-    with ctx.b.goto_entry_block():
-        return ctx.b.alloca(ty)
-
-
-def copy_bytes(ctx: EmitContext, dst: ir.Value, src: ir.Value, nbytes: "int | ir.Value") -> None:
-    """`memcpy(dst, src, nbytes)` (non-overlapping)."""
-    fn = ctx.intrinsic("llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, I1])
-    ctx.b.call(fn, [dst, src, I64(nbytes) if isinstance(nbytes, int) else nbytes, I1(0)])
-
-
-def zero_bytes(ctx: EmitContext, dst: ir.Value, nbytes: int) -> None:
-    """`memset(dst, 0, nbytes)`."""
-    if nbytes:
-        fn = ctx.intrinsic("llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, I64, I1])
-        ctx.b.call(fn, [dst, I8(0), I64(nbytes), I1(0)])
-
-
-def scratch_ptr(ctx: EmitContext, offset: int, index: "ir.Value | int" = 0, itemsize: int = 1) -> ir.Value:
-    """Pointer into this thread's scratch."""
-    return ctx.addr(offset, index, itemsize, base=ctx.scratch)
-
+# ── matrix copies ────────────────────────────────────────────────────────────
 
 def copy_matrix(ctx: EmitContext, src: ir.Value, dst: ir.Value, rows: int, cols: int, src_ty: ir.Type,
                 dst_ty: ir.Type, transpose: bool) -> None:
@@ -108,36 +76,6 @@ def _converter(b: ir.IRBuilder, src_ty: ir.Type, dst_ty: ir.Type) -> Callable[[i
     if src_ty == F64 and dst_ty == F32:
         return lambda x: b.fptrunc(x, F32)
     raise TypeError(f"no conversion {src_ty} → {dst_ty}")
-
-
-@dataclass(frozen=True)
-class ArenaRef:
-    """An operand at a constant arena offset: it can be re-addressed inside a parallel body."""
-
-    offset: int
-
-
-@dataclass(frozen=True)
-class ScratchRef:
-    """An operand at a constant offset of the *shared* scratch (`EmitContext.shared`, where a thunk
-    keeps its intermediates): like `ArenaRef`, it can be re-addressed inside a parallel body.
-    The offset must come from `scratch_alloc` on a context whose `scratch` is its `shared`
-    (the thunk's own context, not a parallel body's per-thread one)."""
-
-    offset: int
-
-
-Operand = "ArenaRef | ScratchRef | ir.Value"
-MovableRef = (ArenaRef, ScratchRef)  # operands a parallel body can re-derive
-
-
-def pointer(ctx: EmitContext, operand: Operand) -> ir.Value:
-    """The operand's address in `ctx` (refs are re-derived from `ctx.arena` / `ctx.shared`)."""
-    if isinstance(operand, ArenaRef):
-        return ctx.addr(operand.offset)
-    if isinstance(operand, ScratchRef):
-        return ctx.addr(operand.offset, base=ctx.shared)
-    return operand
 
 
 # ── the GEMM: inline IR tiles or a BLAS call ─────────────────────────────────
@@ -383,7 +321,7 @@ class TileShape:
         bld, w, nv = ctx.b, self.w, self.vectors
         vty = ir.VectorType(self.ty, w)
         lanes = ir.Constant(ir.VectorType(I64, w), [I64(x) for x in range(w)])
-        last = bld.icmp_signed("<", lanes, _splat(bld, tail, w))  # lanes of the last vector inside C
+        last = bld.icmp_signed("<", lanes, splat(bld, tail, w))  # lanes of the last vector inside C
         masks = [None] * (nv - 1) + [last]
         fma = ctx.intrinsic(f"llvm.fma.v{w}{'f32' if self.ty == F32 else 'f64'}", vty, [vty, vty, vty])
         acc = [[entry_alloca(ctx, vty) for _ in range(nv)] for _ in range(self.rows)]
@@ -391,49 +329,20 @@ class TileShape:
             bld.store(ir.Constant(vty, None), slot)
         with ctx.for_range(0, k, name="p") as p:
             b_row = bld.mul(p, ldb)
-            bvec = [_load_vec(ctx, b, bld.add(b_row, I64(v * w)), vty, self.size, masks[v]) for v in range(nv)]
+            bvec = [load_lanes(ctx, 0, self.ty, bld.add(b_row, I64(v * w)), w, masks[v], base=b) for v in range(nv)]
             a_at = bld.mul(p, a_col)
             for r in range(self.rows):
-                x = _splat(bld, ctx.load(0, self.ty, bld.add(a_at, bld.mul(I64(r), a_row)), base=a), w)
+                x = splat(bld, ctx.load(0, self.ty, bld.add(a_at, bld.mul(I64(r), a_row)), base=a), w)
                 for v in range(nv):
                     bld.store(bld.call(fma, [x, bvec[v], bld.load(acc[r][v])]), acc[r][v])
-        va, vb = _splat(bld, alpha, w), _splat(bld, beta, w)
+        va, vb = splat(bld, alpha, w), splat(bld, beta, w)
         for r in range(self.rows):
             for v in range(nv):
                 at = bld.add(bld.mul(I64(r), ldc), I64(v * w))
                 x = bld.fmul(bld.load(acc[r][v]), va)
                 if self.accumulate:
-                    x = bld.fadd(x, bld.fmul(_load_vec(ctx, c, at, vty, self.size, masks[v]), vb))
-                _store_vec(ctx, c, at, x, self.size, masks[v])
-
-
-def _splat(b: ir.IRBuilder, x: ir.Value, w: int) -> ir.Value:
-    vty = ir.VectorType(x.type, w)
-    v = b.insert_element(ir.Constant(vty, None), x, I32(0))
-    return b.shuffle_vector(v, ir.Constant(vty, None), ir.Constant(ir.VectorType(I32, w), [0] * w))
-
-
-def _load_vec(ctx: EmitContext, base: ir.Value, index: ir.Value, vty: ir.VectorType, size: int,
-              mask: "ir.Value | None") -> ir.Value:
-    """`W` consecutive elements at `base[index]`; masked-off lanes read as zero and touch no memory."""
-    ptr = ctx.addr(0, index, size, base=base)
-    if mask is None:
-        return ctx.b.load(ptr, typ=vty, align=size)
-    suffix = f"v{vty.count}{'f32' if size == 4 else 'f64'}"
-    fn = ctx.intrinsic(f"llvm.masked.load.{suffix}.p0", vty, [PTR, I32, mask.type, vty])
-    return ctx.b.call(fn, [ptr, I32(size), mask, ir.Constant(vty, None)])
-
-
-def _store_vec(ctx: EmitContext, base: ir.Value, index: ir.Value, value: ir.Value, size: int,
-               mask: "ir.Value | None") -> None:
-    """Store `W` consecutive elements at `base[index]` (only the masked-on lanes)."""
-    ptr = ctx.addr(0, index, size, base=base)
-    if mask is None:
-        ctx.b.store(value, ptr, align=size)
-        return
-    suffix = f"v{value.type.count}{'f32' if size == 4 else 'f64'}"
-    fn = ctx.intrinsic(f"llvm.masked.store.{suffix}.p0", ir.VoidType(), [value.type, PTR, I32, mask.type])
-    ctx.b.call(fn, [value, ptr, I32(size), mask])
+                    x = bld.fadd(x, bld.fmul(load_lanes(ctx, 0, self.ty, at, w, masks[v], base=c), vb))
+                store_lanes(ctx, 0, x, at, masks[v], base=c)
 
 
 # ── packed half operands ─────────────────────────────────────────────────────

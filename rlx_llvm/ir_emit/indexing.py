@@ -23,9 +23,10 @@ from llvmlite import ir
 from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import ScatterNdReduction
-from .core import F32, I64, STREAM_BYTES, EmitContext
-from .movement import (ELEM_BYTES, Index, add, aligned_to_line, as_value, clamped_ahead, copy_run, linear,
-                       load_elem, loop_nest, memset_zero, mul, prod, row_major, rows_ahead, store_elem)
+from .context import STREAM_BYTES, EmitContext
+from .toolkit import F32, I64, Index, as_value, iadd, imul, linear, zero_bytes
+from .movement import (ELEM_BYTES, aligned_to_line, clamped_ahead, copy_run, load_elem, loop_nest, prod, row_major,
+                       rows_ahead, store_elem)
 from ..registry import lowering
 
 RED = ScatterNdReduction
@@ -101,7 +102,7 @@ def gather(ctx: EmitContext, t) -> None:
             r_next = row_id(ctx, t.idx, clamped_ahead(b, i, rows_ahead(row), t.num_idx), bool(t.idx_i64))
             ahead = (t.table, b.mul(b.select(b.icmp_unsigned("<", r_next, I64(rows)), r_next, I64(0)), I64(row)))
         with guarded(ctx, b.icmp_unsigned("<", r, I64(rows))):
-            copy_run(ctx, t.dst, mul(b, i, row), t.table, mul(b, r, row), row, streaming, ahead)
+            copy_run(ctx, t.dst, imul(b, i, row), t.table, imul(b, r, row), row, streaming, ahead)
 
 
 def check_gather_axis(t) -> None:
@@ -121,9 +122,9 @@ def gather_axis(ctx: EmitContext, t) -> None:
         r = row_id(ctx, t.idx, k, bool(t.idx_i64))
         with guarded(ctx, b.icmp_unsigned("<", r, I64(t.axis_dim))):
             with ctx.for_range(0, t.outer, name="o") as o:
-                out_row = add(b, mul(b, o, t.num_idx), k)
-                in_row = add(b, mul(b, o, t.axis_dim), r)
-                copy_run(ctx, t.dst, mul(b, out_row, row), t.table, mul(b, in_row, row), row, streaming)
+                out_row = iadd(b, imul(b, o, t.num_idx), k)
+                in_row = iadd(b, imul(b, o, t.axis_dim), r)
+                copy_run(ctx, t.dst, imul(b, out_row, row), t.table, imul(b, in_row, row), row, streaming)
 
 
 @contextlib.contextmanager
@@ -179,7 +180,7 @@ def nd_offset(ctx: EmitContext, indices: int, first: Index, is_i64: bool, dims: 
     b = ctx.b
     off: Index = 0
     for j, (d, s) in enumerate(zip(dims, strides)):
-        off = add(b, off, mul(b, onnx_index(ctx, indices, add(b, first, j), is_i64, d), s))
+        off = iadd(b, off, imul(b, onnx_index(ctx, indices, iadd(b, first, j), is_i64, d), s))
     return off
 
 
@@ -194,10 +195,10 @@ def gather_nd(ctx: EmitContext, t) -> None:
 
     def body(coords: list[ir.Value]) -> None:
         bi, ti = coords
-        n = add(b, mul(b, bi, tuples), ti)
-        off = add(b, mul(b, bi, batch_stride), nd_offset(ctx, t.indices, mul(b, n, k), bool(t.indices_i64),
+        n = iadd(b, imul(b, bi, tuples), ti)
+        off = iadd(b, imul(b, bi, batch_stride), nd_offset(ctx, t.indices, imul(b, n, k), bool(t.indices_i64),
                                                          dims, strides))
-        copy_run(ctx, t.dst, mul(b, n, slice_len * 4), t.data, mul(b, off, 4), slice_len * 4)
+        copy_run(ctx, t.dst, imul(b, n, slice_len * 4), t.data, imul(b, off, 4), slice_len * 4)
 
     loop_nest(ctx, [batch, tuples], body, name="nd")
 
@@ -234,7 +235,7 @@ def element_source(ctx: EmitContext, t, axis: int, coords: list[ir.Value], p: In
     strides = row_major(t.data_shape)
     a = onnx_index(ctx, t.indices, p, bool(t.indices_i64), t.data_shape[axis])
     rest = linear(b, [c for d, c in enumerate(coords) if d != axis], [s for d, s in enumerate(strides) if d != axis])
-    return add(b, rest, mul(b, a, strides[axis]))
+    return iadd(b, rest, imul(b, a, strides[axis]))
 
 
 @lowering(T.GatherElements, check=check_gather_elements)
@@ -276,12 +277,12 @@ def scatter_slice(ctx: EmitContext, dst: int, dst_elem: Index, updates: int, upd
     """`dst[dst_elem + e] = reduction(dst[dst_elem + e], updates[upd_elem + e])` for e < n (vectorized)."""
     b = ctx.b
     if reduction is RED.None_:
-        copy_run(ctx, dst, mul(b, dst_elem, 4), updates, mul(b, upd_elem, 4), n * 4)
+        copy_run(ctx, dst, imul(b, dst_elem, 4), updates, imul(b, upd_elem, 4), n * 4)
         return
 
     def body(e: ir.Value, w: int) -> None:
-        at = add(b, dst_elem, e)
-        new = ctx.load(updates, F32, add(b, upd_elem, e), w)
+        at = iadd(b, dst_elem, e)
+        new = ctx.load(updates, F32, iadd(b, upd_elem, e), w)
         ctx.store(dst, combine(ctx, reduction, ctx.load(dst, F32, at, w), new), at)
 
     ctx.vector_loop(n, body, name="upd")
@@ -305,14 +306,14 @@ def check_in_place_operands(t) -> None:
 @lowering(T.ScatterAdd)
 def scatter_add(ctx: EmitContext, t) -> None:
     """`dst = 0; dst[idx[i], :] += updates[i, :]` in update order; ids ≥ `out_dim` are dropped."""
-    memset_zero(ctx, t.dst, t.out_dim * t.trailing * 4)
+    zero_bytes(ctx, ctx.addr(t.dst), t.out_dim * t.trailing * 4)
     if not t.num_updates or not t.trailing or not t.out_dim:
         return
     b = ctx.b
     with ctx.for_range(0, t.num_updates, name="u") as i:
         r = row_id(ctx, t.indices, i, False)
         with guarded(ctx, b.icmp_unsigned("<", r, I64(t.out_dim))):
-            scatter_slice(ctx, t.dst, mul(b, r, t.trailing), t.updates, mul(b, i, t.trailing), t.trailing, RED.Add)
+            scatter_slice(ctx, t.dst, imul(b, r, t.trailing), t.updates, imul(b, i, t.trailing), t.trailing, RED.Add)
 
 
 # ── ScatterNd ───────────────────────────────────────────────────────────────
@@ -337,8 +338,8 @@ def scatter_nd(ctx: EmitContext, t) -> None:
         return
     b = ctx.b
     with ctx.for_range(0, tuples, name="tuple") as n:
-        off = nd_offset(ctx, t.indices, mul(b, n, k), bool(t.indices_i64), dims, strides)
-        scatter_slice(ctx, t.dst, off, t.updates, mul(b, n, slice_len), slice_len, t.reduction)
+        off = nd_offset(ctx, t.indices, imul(b, n, k), bool(t.indices_i64), dims, strides)
+        scatter_slice(ctx, t.dst, off, t.updates, imul(b, n, slice_len), slice_len, t.reduction)
 
 
 # ── ScatterElements ─────────────────────────────────────────────────────────

@@ -26,10 +26,12 @@ from __future__ import annotations
 from llvmlite import ir
 
 from .. import thunks as T
-from ..kernels.blas import FortranArgs, Status
-from .core import F32, F64, I32, I64, EmitContext, const, vec
-from .gemm import check_blas_ints, copy_matrix, entry_alloca, fail_unless, scratch_ptr
+from ..kernels.blas import Status
+from .context import EmitContext
+from .toolkit import F32, F64, I32, I64, const, entry_alloca, fail_unless, lane_index, scratch_ptr, splat, vec
+from .gemm import check_blas_ints, copy_matrix
 from ..registry import lowering
+from .blas_calls import FortranArgs
 
 FLOAT = {"s": (F32, 4), "d": (F64, 8)}
 
@@ -116,22 +118,6 @@ def batched_dense_solve_f64(ctx: EmitContext, t) -> None:
 
 # ── factorizations ───────────────────────────────────────────────────────────
 
-def _splat_i64(b: ir.IRBuilder, x: ir.Value, w: int) -> ir.Value:
-    """`x` in all `w` lanes (or `x` itself for w = 1)."""
-    if w == 1:
-        return x
-    vty = ir.VectorType(I64, w)
-    return b.shuffle_vector(b.insert_element(ir.Constant(vty, None), x, I32(0)), ir.Constant(vty, None),
-                            ir.Constant(ir.VectorType(I32, w), [0] * w))
-
-
-def _lane_index(b: ir.IRBuilder, j: ir.Value, w: int) -> ir.Value:
-    """`j + [0, 1, …, w-1]` (or `j` itself for w = 1)."""
-    if w == 1:
-        return j
-    return b.add(_splat_i64(b, j, w), ir.Constant(ir.VectorType(I64, w), [I64(x) for x in range(w)]))
-
-
 @lowering(T.CholeskyF32, path="blas", check=check_blas_ints("n"))
 def cholesky_f32(ctx: EmitContext, t) -> None:
     """Lower `L` with `A = L·Lᵀ` by dpotrf in f64 (reads A's lower triangle); strict upper zeroed."""
@@ -149,7 +135,7 @@ def cholesky_f32(ctx: EmitContext, t) -> None:
 
         def body(j: ir.Value, w: int) -> None:
             x = b.fptrunc(ctx.load(a_s, F64, b.add(row, j), w, base=ctx.scratch), vec(F32, w))
-            upper = b.icmp_unsigned(">", _lane_index(b, j, w), _splat_i64(b, i, w))
+            upper = b.icmp_unsigned(">", lane_index(b, j, w), splat(b, i, w))
             ctx.store(t.l, b.select(upper, const(F32, 0.0, w), x), b.add(row, j))
 
         ctx.vector_loop(n, body, name="col")

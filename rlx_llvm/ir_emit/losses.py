@@ -11,10 +11,10 @@ from llvmlite import ir
 
 from .. import thunks as T
 from ..errors import ValidationError
-from .core import F32, FASTMATH, I64, EmitContext
+from .context import EmitContext
+from .toolkit import F32, FASTMATH, I64, Index, fconst, iadd, imul, lane_ids, nan_max, splat
 from ..registry import lowering
-from .rows import (MAX, SUM, Index, exp_sum, fconst, iadd, imul, lane_ids, nan_max, parallel_rows, reduce_row,
-                   row_max, splat)
+from .rows import MAX, SUM, exp_sum, parallel_rows, reduce_row, row_max
 
 
 def check_classes(t) -> None:

@@ -19,10 +19,10 @@ from llvmlite import ir
 
 from .. import thunks as T
 from ..errors import ValidationError
-from .core import F32, I1, I32, I64, PTR, STREAM_BYTES, EmitContext
+from .context import STREAM_BYTES, EmitContext
+from .toolkit import F32, I32, I64, Index, as_value, copy_bytes, iadd, imul, linear, prefetch, splat, zero_bytes
 from ..registry import lowering
 
-Index = "ir.Value | int"
 ELEM_BYTES = (1, 2, 4, 8, 16)  # element widths the byte-generic kernels move
 LINE = 64                      # cache line = one full AVX-512 register
 LINE_VEC = ir.VectorType(I64, LINE // 8)
@@ -30,40 +30,7 @@ TILE_BAND = 4                  # register tiles per band of the tiled transpose 
 PREFETCH_BYTES = 12 << 10      # streamed row copies prefetch this far ahead (measured: 8–12 KiB)
 
 
-# ── index arithmetic that folds constants ───────────────────────────────────
-
-def add(b: ir.IRBuilder, x: Index, y: Index) -> Index:
-    """`x + y` over i64, folded when both are constants."""
-    if isinstance(x, int) and isinstance(y, int):
-        return x + y
-    if isinstance(x, int):
-        x, y = y, x
-    if isinstance(y, int):
-        return x if y == 0 else b.add(x, I64(y))
-    return b.add(x, y)
-
-
-def mul(b: ir.IRBuilder, x: Index, c: int) -> Index:
-    """`x · c` for a constant `c`."""
-    if isinstance(x, int):
-        return x * c
-    if c == 0:
-        return 0
-    return x if c == 1 else b.mul(x, I64(c))
-
-
-def linear(b: ir.IRBuilder, coords: Sequence[Index], strides: Sequence[int]) -> Index:
-    """`Σ coords[d] · strides[d]`."""
-    total: Index = 0
-    for c, s in zip(coords, strides):
-        total = add(b, total, mul(b, c, s))
-    return total
-
-
-def as_value(x: Index) -> ir.Value:
-    """An i64 value for an index that may be a Python int."""
-    return I64(x) if isinstance(x, int) else x
-
+# ── shapes ──────────────────────────────────────────────────────────────────
 
 def row_major(dims: Sequence[int]) -> list[int]:
     """Row-major element strides of `dims`."""
@@ -101,25 +68,6 @@ def store_elem(ctx: EmitContext, offset: int, value: ir.Value, index: Index, str
     ctx.store(offset, value, index, streaming=streaming)
 
 
-def memcpy(ctx: EmitContext, dst: ir.Value, src: ir.Value, nbytes: "int | ir.Value") -> None:
-    """`llvm.memcpy(dst, src, nbytes)` of non-overlapping bytes."""
-    fn = ctx.intrinsic("llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, I1])
-    ctx.b.call(fn, [dst, src, as_value(nbytes), I1(0)])
-
-
-def memset_zero(ctx: EmitContext, offset: int, nbytes: int) -> None:
-    """`llvm.memset(arena + offset, 0, nbytes)`."""
-    if nbytes > 0:
-        fn = ctx.intrinsic("llvm.memset.p0.i64", ir.VoidType(), [PTR, ir.IntType(8), I64, I1])
-        ctx.b.call(fn, [byte_ptr(ctx, offset), ir.IntType(8)(0), I64(nbytes), I1(0)])
-
-
-def prefetch(ctx: EmitContext, offset: int, byte: Index) -> None:
-    """Hint that arena byte `offset + byte` will be read soon (`llvm.prefetch`: read, keep in cache)."""
-    fn = ctx.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-    ctx.b.call(fn, [byte_ptr(ctx, offset, byte), I32(0), I32(3), I32(1)])
-
-
 def rows_ahead(row_bytes: int) -> int:
     """How many rows of `row_bytes` ahead a streamed copy prefetches (≈ PREFETCH_BYTES)."""
     return max(1, -(-PREFETCH_BYTES // max(1, row_bytes)))
@@ -144,25 +92,16 @@ def copy_run(ctx: EmitContext, dst: int, dst_byte: Index, src: int, src_byte: In
     b = ctx.b
     lines = nbytes - nbytes % LINE
     if not streaming or lines == 0:
-        memcpy(ctx, byte_ptr(ctx, dst, dst_byte), byte_ptr(ctx, src, src_byte), nbytes)
+        copy_bytes(ctx, byte_ptr(ctx, dst, dst_byte), byte_ptr(ctx, src, src_byte), nbytes)
         return
     with ctx.for_range(0, lines, LINE, name="line") as k:
         if ahead is not None:
-            prefetch(ctx, ahead[0], add(b, ahead[1], k))
-        v = b.load(byte_ptr(ctx, src, add(b, src_byte, k)), typ=LINE_VEC, align=1)
-        ctx.store(0, v, 0, streaming=True, base=byte_ptr(ctx, dst, add(b, dst_byte, k)))
+            prefetch(ctx, ahead[0], iadd(b, ahead[1], k))
+        v = b.load(byte_ptr(ctx, src, iadd(b, src_byte, k)), typ=LINE_VEC, align=1)
+        ctx.store(0, v, 0, streaming=True, base=byte_ptr(ctx, dst, iadd(b, dst_byte, k)))
     if nbytes > lines:
-        memcpy(ctx, byte_ptr(ctx, dst, add(b, dst_byte, lines)), byte_ptr(ctx, src, add(b, src_byte, lines)),
+        copy_bytes(ctx, byte_ptr(ctx, dst, iadd(b, dst_byte, lines)), byte_ptr(ctx, src, iadd(b, src_byte, lines)),
                nbytes - lines)
-
-
-def splat(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
-    """`<width x T>` with every lane `x` (`x` itself for width 1)."""
-    if width == 1:
-        return x
-    vty = ir.VectorType(x.type, width)
-    v = b.insert_element(ir.Constant(vty, None), x, I32(0))
-    return b.shuffle_vector(v, ir.Constant(vty, None), ir.Constant(ir.VectorType(I32, width), [0] * width))
 
 
 def shuffle(b: ir.IRBuilder, x: ir.Value, y: ir.Value, mask: Sequence[int]) -> ir.Value:
@@ -185,7 +124,7 @@ def fill_run(ctx: EmitContext, dst: int, dst_elem: Index, value: ir.Value, count
     wide = splat(b, value, w)
 
     def body(i: ir.Value, width: int) -> None:
-        store_elem(ctx, dst, wide if width > 1 else value, add(b, dst_elem, i), streaming and width * nbytes == LINE)
+        store_elem(ctx, dst, wide if width > 1 else value, iadd(b, dst_elem, i), streaming and width * nbytes == LINE)
 
     ctx.vector_loop(count, body, width=w, name="fill")
 
@@ -262,8 +201,8 @@ def narrow(ctx: EmitContext, t) -> None:
     streaming = t.outer * row >= STREAM_BYTES and aligned_to_line(t.dst, t.dst_stride * eb)
     b = ctx.b
     with ctx.for_range(0, t.outer, name="row") as o:
-        ahead = (t.src, mul(b, clamped_ahead(b, o, rows_ahead(row), t.outer), t.src_stride * eb)) if streaming else None
-        copy_run(ctx, t.dst, mul(b, o, t.dst_stride * eb), t.src, mul(b, o, t.src_stride * eb), row, streaming,
+        ahead = (t.src, imul(b, clamped_ahead(b, o, rows_ahead(row), t.outer), t.src_stride * eb)) if streaming else None
+        copy_run(ctx, t.dst, imul(b, o, t.dst_stride * eb), t.src, imul(b, o, t.src_stride * eb), row, streaming,
                  ahead)
 
 
@@ -283,7 +222,7 @@ def kv_append(ctx: EmitContext, t) -> None:
         copy_run(ctx, t.dst, t.pos * n, t.src, 0, n)
         return
     with ctx.for_range(0, t.outer, name="head") as o:
-        copy_run(ctx, t.dst, add(ctx.b, mul(ctx.b, o, t.seq_cap * n), t.pos * n), t.src, mul(ctx.b, o, n), n)
+        copy_run(ctx, t.dst, iadd(ctx.b, imul(ctx.b, o, t.seq_cap * n), t.pos * n), t.src, imul(ctx.b, o, n), n)
 
 
 # ── Transpose / TransposeF64 (and Expand: stride-0 axes) ────────────────────
@@ -375,8 +314,8 @@ def row_copy_walk(ctx: EmitContext, src: int, dst: int, walk: Walk, eb: int, str
         ahead = None
         if streaming and coords:  # a later row along the innermost outer axis
             later = coords[:-1] + [clamped_ahead(b, coords[-1], rows_ahead(row), outer[-1])]
-            ahead = (src, mul(b, linear(b, later, walk.strides[:-1]), eb))
-        copy_run(ctx, dst, mul(b, out_row, row), src, mul(b, linear(b, coords, walk.strides[:-1]), eb), row,
+            ahead = (src, imul(b, linear(b, later, walk.strides[:-1]), eb))
+        copy_run(ctx, dst, imul(b, out_row, row), src, imul(b, linear(b, coords, walk.strides[:-1]), eb), row,
                  streaming, ahead)
 
     loop_nest(ctx, outer, body, name="row")
@@ -391,7 +330,7 @@ def splat_walk(ctx: EmitContext, src: int, dst: int, walk: Walk, eb: int, stream
 
     def body(coords: list[ir.Value]) -> None:
         value = load_elem(ctx, src, linear(b, coords, walk.strides[:-1]), eb)
-        fill_run(ctx, dst, mul(b, linear(b, coords, row_major(outer)), n), value, n, eb, streaming)
+        fill_run(ctx, dst, imul(b, linear(b, coords, row_major(outer)), n), value, n, eb, streaming)
 
     loop_nest(ctx, outer, body, name="bc")
 
@@ -482,12 +421,12 @@ def tiled_walk(ctx: EmitContext, src: int, dst: int, walk: Walk, k: int, eb: int
             with ctx.for_range(0, b_tiles, name="tb") as j:
                 b0 = tile_start(j, b_len)
                 with ctx.for_range(0, count, name="ta") as i:
-                    a0 = tile_start(as_value(add(b, first_tile, i)), a_len)
-                    origin = add(b, base_in, add(b, a0, mul(b, b0, s)))
-                    rows = [load_elem(ctx, src, add(b, origin, r * s), eb, t) for r in range(t)]
-                    target = add(b, base_out, add(b, mul(b, a0, ok), b0))
+                    a0 = tile_start(as_value(iadd(b, first_tile, i)), a_len)
+                    origin = iadd(b, base_in, iadd(b, a0, imul(b, b0, s)))
+                    rows = [load_elem(ctx, src, iadd(b, origin, r * s), eb, t) for r in range(t)]
+                    target = iadd(b, base_out, iadd(b, imul(b, a0, ok), b0))
                     for r, vec in enumerate(transpose_tile(b, rows)):
-                        store_elem(ctx, dst, vec, add(b, target, r * ok), streaming)
+                        store_elem(ctx, dst, vec, iadd(b, target, r * ok), streaming)
 
         # A band of TILE_BAND tiles along `a` sweeps all of `b`: each input row is read in
         # 256-byte runs and the band's output rows are written side by side, line by line.
@@ -547,10 +486,10 @@ def reverse(ctx: EmitContext, t) -> None:
     def body(coords: list[ir.Value]) -> None:
         src_row: Index = 0
         for c, d, s, f in zip(coords, outer, strides, flips):
-            src_row = add(b, src_row, mul(b, b.sub(I64(d - 1), c) if f else c, s))
+            src_row = iadd(b, src_row, imul(b, b.sub(I64(d - 1), c) if f else c, s))
         dst_row = linear(b, coords, strides[:-1])
         if not flips[-1]:
-            copy_run(ctx, t.dst, mul(b, dst_row, eb), t.src, mul(b, src_row, eb), n * eb,
+            copy_run(ctx, t.dst, imul(b, dst_row, eb), t.src, imul(b, src_row, eb), n * eb,
                      streaming and n * eb >= LINE)
         else:
             reversed_row(ctx, t.src, src_row, t.dst, dst_row, n, eb, streaming)
@@ -565,11 +504,11 @@ def reversed_row(ctx: EmitContext, src: int, src_row: Index, dst: int, dst_row: 
     w = vector_lanes(eb)
 
     def body(j: ir.Value, width: int) -> None:
-        first = add(b, src_row, b.sub(I64(n - width), j))
+        first = iadd(b, src_row, b.sub(I64(n - width), j))
         v = load_elem(ctx, src, first, eb, width)
         if width > 1:
             v = shuffle(b, v, ir.Constant(v.type, None), list(range(width - 1, -1, -1)))
-        store_elem(ctx, dst, v, add(b, dst_row, j), streaming and width * eb == LINE)
+        store_elem(ctx, dst, v, iadd(b, dst_row, j), streaming and width * eb == LINE)
 
     ctx.vector_loop(n, body, width=w, name="flip")
 
@@ -606,7 +545,7 @@ def concat(ctx: EmitContext, t) -> None:
 
     def one_row(o: Index) -> None:
         for src, col, seg, numel in segments:
-            concat_segment(ctx, t.dst, add(ctx.b, mul(ctx.b, o, row), col), src, o, seg, numel, t.outer, eb,
+            concat_segment(ctx, t.dst, iadd(ctx.b, imul(ctx.b, o, row), col), src, o, seg, numel, t.outer, eb,
                            stream and aligned_to_line(t.dst, row * eb, col * eb))
 
     if t.outer == 1:
@@ -628,7 +567,7 @@ def concat_segment(ctx: EmitContext, dst: int, dst_elem: Index, src: int, o: Ind
     ahead = None
     if own_row and streaming and not isinstance(o, int):  # hardware prefetchers stop at page ends
         ahead = (src, b.mul(clamped_ahead(b, o, rows_ahead(seg * eb), outer), I64(seg * eb)))
-    copy_run(ctx, dst, mul(b, dst_elem, eb), src, mul(b, o, seg * eb) if own_row else 0, seg * eb, streaming, ahead)
+    copy_run(ctx, dst, imul(b, dst_elem, eb), src, imul(b, o, seg * eb) if own_row else 0, seg * eb, streaming, ahead)
 
 
 # ── ResizeNearest2x, Interpolate3d ──────────────────────────────────────────
@@ -645,22 +584,22 @@ def resize_nearest_2x(ctx: EmitContext, t) -> None:
     streaming = planes_rows * 2 * out_w * 4 >= STREAM_BYTES and aligned_to_line(t.dst, out_w * 4)
 
     with ctx.for_range(0, planes_rows, name="row") as r:
-        src_row = mul(b, r, w)
-        top = mul(b, r, 2 * out_w)
-        bottom = add(b, top, out_w)
+        src_row = imul(b, r, w)
+        top = imul(b, r, 2 * out_w)
+        bottom = iadd(b, top, out_w)
 
         def body(j: ir.Value, width: int) -> None:
-            v = ctx.load(t.src, I32, add(b, src_row, j), width)
-            col = mul(b, j, 2)
+            v = ctx.load(t.src, I32, iadd(b, src_row, j), width)
+            col = imul(b, j, 2)
             if width == 1:
                 for base in (top, bottom):
                     for k in (0, 1):
-                        ctx.store(t.dst, v, add(b, base, add(b, col, k)))
+                        ctx.store(t.dst, v, iadd(b, base, iadd(b, col, k)))
                 return
             halves = [shuffle(b, v, v, [i // 2 + h * width // 2 for i in range(width)]) for h in (0, 1)]
             for base in (top, bottom):
                 for h, half in enumerate(halves):
-                    ctx.store(t.dst, half, add(b, base, add(b, col, h * width)), streaming=streaming)
+                    ctx.store(t.dst, half, iadd(b, base, iadd(b, col, h * width)), streaming=streaming)
 
         ctx.vector_loop(w, body, width=lanes, name="col")
 
@@ -697,11 +636,11 @@ def resample_row(ctx: EmitContext, src: int, src_row: Index, dst: int, dst_row: 
     """One output row of nearest samples along w (a plain copy when the width is unchanged)."""
     b = ctx.b
     if w_in == w_out:
-        copy_run(ctx, dst, mul(b, dst_row, 4), src, mul(b, src_row, 4), w_out * 4)
+        copy_run(ctx, dst, imul(b, dst_row, 4), src, imul(b, src_row, 4), w_out * 4)
         return
     with ctx.for_range(0, w_out, name="ow") as ow:
         sw = nearest_source(b, ow, w_in, w_out)
-        ctx.store(dst, ctx.load(src, I32, add(b, src_row, sw)), add(b, dst_row, ow))
+        ctx.store(dst, ctx.load(src, I32, iadd(b, src_row, sw)), iadd(b, dst_row, ow))
 
 
 # ── Im2Col ──────────────────────────────────────────────────────────────────
@@ -720,7 +659,7 @@ def im2col(ctx: EmitContext, t) -> None:
     if rows == 0 or k_len == 0:
         return
     if t.h == 0 or t.w == 0:  # no pixels: every column entry is padding
-        memset_zero(ctx, t.col, rows * k_len * 4)
+        zero_bytes(ctx, ctx.addr(t.col), rows * k_len * 4)
         return
     b = ctx.b
     zero = ir.Constant(F32, 0.0)
@@ -731,13 +670,13 @@ def im2col(ctx: EmitContext, t) -> None:
         with ctx.for_range(0, t.c_in, name="c") as c:
             plane = linear(b, [nb, c], [t.c_in * t.h * t.w, t.h * t.w])
             with ctx.for_range(0, t.kh, name="ki") as i:
-                ih = b.sub(add(b, mul(b, oh, t.sh), mul(b, i, t.dh)), I64(t.ph))
+                ih = b.sub(iadd(b, imul(b, oh, t.sh), imul(b, i, t.dh)), I64(t.ph))
                 h_ok = b.icmp_unsigned("<", ih, I64(t.h))  # negative ih is a huge unsigned
                 with ctx.for_range(0, t.kw, name="kj") as j:
-                    iw = b.sub(add(b, mul(b, ow, t.sw), mul(b, j, t.dw_dil)), I64(t.pw))
+                    iw = b.sub(iadd(b, imul(b, ow, t.sw), imul(b, j, t.dw_dil)), I64(t.pw))
                     ok = b.and_(h_ok, b.icmp_unsigned("<", iw, I64(t.w)))
-                    safe = b.select(ok, as_value(add(b, plane, add(b, mul(b, ih, t.w), iw))), I64(0))
+                    safe = b.select(ok, as_value(iadd(b, plane, iadd(b, imul(b, ih, t.w), iw))), I64(0))
                     value = b.select(ok, ctx.load(t.x, F32, safe), zero)
-                    ctx.store(t.col, value, add(b, mul(b, m, k_len), linear(b, [c, i, j], [t.kh * t.kw, t.kw, 1])))
+                    ctx.store(t.col, value, iadd(b, imul(b, m, k_len), linear(b, [c, i, j], [t.kh * t.kw, t.kw, 1])))
 
     loop_nest(ctx, [n, t.h_out, t.w_out], row, name="m")

@@ -20,10 +20,11 @@ from llvmlite import ir
 
 from .. import thunks as T
 from ..errors import ValidationError
-from .core import F32, FASTMATH, I64, EmitContext, width_of
+from .context import EmitContext
+from .toolkit import (F32, FASTMATH, I64, Index, carried_loop, iadd, imul, load_lanes, prefetch, span_loop, splat, sqrt,
+                      store_lanes, width_of)
 from ..registry import lowering
-from .rows import (SUM, Index, carried_loop, iadd, imul, load_lanes, next_row_base, offset_table, parallel_rows,
-                   prefetch, reduce_row, row_offset, span_loop, splat, sqrt, store_lanes, stream_rows)
+from .rows import SUM, next_row_base, offset_table, parallel_rows, reduce_row, row_offset, stream_rows
 
 Load = Callable[[Index, int], ir.Value]            # (element j of the row, lanes) → v
 Store = Callable[[Index, ir.Value], None]          # (element j, ŷ) → applies the affine, stores
@@ -102,7 +103,7 @@ def emit_row_norm(ctx: EmitContext, rows: int, h: int, stats: Stats, bind: RowIO
             def out(j: Index, w: int) -> None:
                 if w > 1:
                     for off in streams:
-                        prefetch(sub, off, iadd(b, nxt, j))
+                        prefetch(sub, off, iadd(b, nxt, j), 4)
                 store(j, normalized(sub, load(j, w), mean, inv))
             sub.vector_loop(h, out, name="norm")
     if h:

@@ -28,15 +28,15 @@ from .. import thunks as T
 from ..ops import ScatterNdReduction
 from ..thunks.attention import Rope
 from .attention import _rope_rows, check_rope
-from .core import F32, F64, FASTMATH, I32, I64, EmitContext, vec, width_of
+from .context import EmitContext
+from .toolkit import (F32, F64, FASTMATH, I32, I64, Index, carried_loop, fconst, iadd, imul, splat, sqrt, vec,
+                      width_of, zero_bytes)
 from .indexing import guarded, row_id, scatter_slice
-from .movement import memset_zero
 from .norms import (Stats, check_ada_layer_norm, check_gated_residual, check_group_norm, normalized, row_loader,
                     row_stats)
 from .reductions import _broadcast_last, _shift_in
 from ..registry import lowering
-from .rows import (SUM, Index, carried_loop, fconst, iadd, imul, offset_table, parallel_rows, reduce_row, row_offset,
-                   splat, sqrt)
+from .rows import SUM, offset_table, parallel_rows, reduce_row, row_offset
 
 Load = Callable[[Index, int], ir.Value]   # (element j of the row, lanes) → f32 values
 
@@ -235,7 +235,7 @@ def cumsum_backward(ctx: EmitContext, t) -> None:
 @lowering(T.GatherBackward)
 def gather_backward(ctx: EmitContext, t) -> None:
     """`dst = 0; dst[o, row(idx[k]), :] += dy[o, k, :]` in k order; ids Gather skips (≥ axis_dim) are dropped."""
-    memset_zero(ctx, t.dst, 4 * t.outer * t.axis_dim * t.trailing)
+    zero_bytes(ctx, ctx.addr(t.dst), 4 * t.outer * t.axis_dim * t.trailing)
     if not (t.outer and t.num_idx and t.trailing and t.axis_dim):
         return
     b = ctx.b
@@ -524,7 +524,7 @@ def ada_layer_norm_backward(ctx: EmitContext, t) -> None:
     rows, h, n = t.rows, t.h, t.rows * t.h
     ds, dt = t.dst + 4 * n, t.dst + 4 * (n + t.mod_len)
     if not n:
-        memset_zero(ctx, ds, 8 * t.mod_len)
+        zero_bytes(ctx, ctx.addr(ds), 8 * t.mod_len)
         return
     table = offset_table(ctx, t.mod_off, "mod_off")
     stats = Stats(t.layer_norm, True, t.eps)
@@ -556,7 +556,7 @@ def gated_residual_backward(ctx: EmitContext, t) -> None:
     rows, h, n = t.rows, t.h, t.rows * t.h
     dg = t.dst + 8 * n
     if not n:
-        memset_zero(ctx, dg, 4 * t.gate_len)
+        zero_bytes(ctx, ctx.addr(dg), 4 * t.gate_len)
         return
     table = offset_table(ctx, t.gate_off, "gate_off")
 

@@ -18,11 +18,12 @@ from .. import thunks as T
 from ..dtypes import DType
 from ..errors import ValidationError
 from ..ops import ReduceOp
-from .core import F32, F64, FASTMATH, I1, I32, I64, EmitContext, const, vec, width_of
+from .context import EmitContext
+from .toolkit import (F32, F64, FASTMATH, I1, I32, I64, Index, as_value, call_intrinsic, carried_loop, const,
+                      entry_alloca, fconst, iadd, imul, is_nan, lane_ids, load_lanes, nan_max, nan_min, prefetch,
+                      span_loop, splat, store_lanes, vec, width_of)
 from ..registry import lowering
-from .rows import (MAX, MIN, PROD, SUM, Combine, Index, as_value, call_intrinsic, carried_loop, entry_alloca,
-                   exp_sum, fconst, iadd, imul, is_nan, lane_ids, load_lanes, nan_max, nan_min, next_row_base,
-                   parallel_rows, prefetch, reduce_row, row_max, span_loop, splat, store_lanes)
+from .rows import MAX, MIN, PROD, SUM, Combine, exp_sum, next_row_base, parallel_rows, reduce_row, row_max
 
 ARG_ACCS = 4           # independent (value, index) accumulator pairs per ArgReduce row
 POSITION_BLOCK = 64    # inner positions per work unit when the reduced axis is strided
@@ -83,7 +84,7 @@ def _softmax_rows(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> None:
 
         def keep(j: Index, e: ir.Value) -> None:
             if width_of(e) > 1:  # the next row comes in while exp keeps the core busy
-                prefetch(ctx, t.data, iadd(b, ahead, j))
+                prefetch(ctx, t.data, iadd(b, ahead, j), 4)
             ctx.store(t.data, e, iadd(b, base, j))
         s = exp_sum(ctx, t.cols, load, m, store=keep)
         rinv = b.fdiv(ir.Constant(F32, 1.0), s)
@@ -143,7 +144,7 @@ def emit_reduce(ctx: EmitContext, elem: ir.Type, op: Combine, mean: bool, src: i
     b_count = ir.Constant(elem, float(reduced))
 
     def finish(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-        return b.fdiv(v, splat_like(b, b_count, v)) if mean else v
+        return b.fdiv(v, splat(b, b_count, width_of(v))) if mean else v
 
     if inner == 1:
         def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
@@ -181,11 +182,6 @@ def emit_reduce(ctx: EmitContext, elem: ir.Type, op: Combine, mean: bool, src: i
                 sub, dst, finish(b, load_lanes(sub, dst, elem, iadd(b, out, i), lanes, mask)), iadd(b, out, i), mask),
                 width=w)
     position_units(ctx, outer, inner, ACC_BLOCK, size * max(1, reduced) * min(inner, ACC_BLOCK), sweep)
-
-
-def splat_like(b: ir.IRBuilder, scalar: ir.Value, like: ir.Value) -> ir.Value:
-    """`scalar` broadcast to the width of `like`."""
-    return splat(b, scalar, width_of(like))
 
 
 # ── ArgReduce ───────────────────────────────────────────────────────────────

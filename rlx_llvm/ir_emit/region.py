@@ -14,7 +14,8 @@ from ..dtypes import DType
 from ..errors import ValidationError
 from ..ops import ChainOperand, ChainStep
 from . import elementmath as em
-from .core import F32, I32, I64, STORAGE, EmitContext, const, narrow_from_f32, widen_to_f32
+from .context import EmitContext
+from .toolkit import F32, I32, I64, STORAGE, narrow_from_f32, splat, widen_to_f32
 from ..registry import lowering
 
 MAX_INPUTS, MAX_STEPS = 16, 32
@@ -87,7 +88,7 @@ def elementwise_region(ctx: EmitContext, t) -> None:
 def _read_input(ctx: EmitContext, t, i: int, gid: ir.Value, w: int, scalars: dict) -> ir.Value:
     b, lane, off = ctx.b, t.in_lanes[i], t.input_offs[i]
     if i in scalars:
-        return _splat(b, scalars[i], w)
+        return splat(b, scalars[i], w)
     m = t.input_modulus[i]
     if not m or m == t.len:
         return ctx.load_lane(lane, off, gid, w)
@@ -111,14 +112,6 @@ def _gather_lanes(ctx: EmitContext, lane, off: int, gid: ir.Value, m: int, w: in
         row = b.urem(b.add(gid, I64(j)), I64(m))
         raw = b.insert_element(raw, ctx.load(off, storage, row), I32(j))
     return widen_to_f32(b, lane.dtype, raw)
-
-
-def _splat(b: ir.IRBuilder, x: ir.Value, w: int) -> ir.Value:
-    if w == 1:
-        return x
-    vty = ir.VectorType(x.type, w)
-    v = b.insert_element(ir.Constant(vty, None), x, I32(0))
-    return b.shuffle_vector(v, ir.Constant(vty, None), ir.Constant(ir.VectorType(I32, w), [0] * w))
 
 
 def _step(b: ir.IRBuilder, step, read) -> ir.Value:

@@ -17,7 +17,7 @@ import dataclasses
 from itertools import chain
 
 from ..thunks.base import USIZE_MAX, Thunk
-from .core import FIELD_STRIDE
+from .context import FIELD_STRIDE
 
 LINE = 64
 

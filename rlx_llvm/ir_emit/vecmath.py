@@ -16,15 +16,12 @@ Which element types each function supports: everything here works for f32 and f6
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 from llvmlite import ir
 
-F32 = ir.FloatType()
-F64 = ir.DoubleType()
-I1 = ir.IntType(1)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
+from .toolkit import F32, F64, I1, I32, I64, scalar_of, splat_like, suffix, vec, width_of
 
 # ── polynomial coefficients (lowest degree first) ────────────────────────────
 # Chebyshev fits (mpmath.chebyfit, 60 digits) of the auxiliary functions named in each comment,
@@ -137,46 +134,11 @@ _PI_LO = {math.pi / 4: 3.061616997868383e-17, math.pi / 2: 6.123233995736766e-17
 
 # ── types and constants ─────────────────────────────────────────────────────
 
-def width(x: ir.Value) -> int:
-    """Lanes of a value (1 for a scalar)."""
-    return x.type.count if isinstance(x.type, ir.VectorType) else 1
-
-
-def elem_type(x: ir.Value) -> ir.Type:
-    """The scalar element type of a scalar or vector value."""
-    return x.type.element if isinstance(x.type, ir.VectorType) else x.type
-
-
 def _fmt(x: ir.Value) -> _Fmt:
-    ety = elem_type(x)
+    ety = scalar_of(x.type)
     if not isinstance(ety, (ir.FloatType, ir.DoubleType)):
         raise TypeError(f"vecmath expects float or double values, got {x.type}")
     return _Fmt(ety)
-
-
-def shaped(ety: ir.Type, w: int) -> ir.Type:
-    """`ety` or `<w x ety>`."""
-    return ety if w == 1 else ir.VectorType(ety, w)
-
-
-def splat(like: ir.Value, value, ety: ir.Type | None = None) -> ir.Constant:
-    """A constant of element type `ety` (default: like's) with the shape of `like`."""
-    ety = ety or elem_type(like)
-    if isinstance(ety, (ir.FloatType, ir.DoubleType)):
-        value = float(value)
-    c = ir.Constant(ety, value)
-    w = width(like)
-    return c if w == 1 else ir.Constant(ir.VectorType(ety, w), [c] * w)
-
-
-def _mangle(ty: ir.Type) -> str:
-    if isinstance(ty, ir.VectorType):
-        return f"v{ty.count}{_mangle(ty.element)}"
-    if isinstance(ty, ir.FloatType):
-        return "f32"
-    if isinstance(ty, ir.DoubleType):
-        return "f64"
-    return f"i{ty.width}"
 
 
 def intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value], ret: ir.Type | None = None,
@@ -184,98 +146,98 @@ def intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value], ret: ir.Type | N
     """Call `llvm.<name>.<mangled overload types>` (declared once per module)."""
     ret = ret or args[0].type
     overload = overload if overload is not None else [args[0].type]
-    full = ".".join([f"llvm.{name}"] + [_mangle(t) for t in overload])
+    full = ".".join([f"llvm.{name}"] + [suffix(t) for t in overload])
     fn = b.module.globals.get(full)
     if fn is None:
         fn = ir.Function(b.module, ir.FunctionType(ret, [a.type for a in args]), full)
     return b.call(fn, args)
 
 
-def fma(b, x, y, z):
+def fma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
     """x·y + z with one rounding."""
     return intrinsic(b, "fma", [x, y, z])
 
 
-def fabs(b, x):
+def fabs(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return intrinsic(b, "fabs", [x])
 
 
-def floor(b, x):
+def floor(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return intrinsic(b, "floor", [x])
 
 
-def ceil(b, x):
+def ceil(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return intrinsic(b, "ceil", [x])
 
 
-def trunc(b, x):
+def trunc(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return intrinsic(b, "trunc", [x])
 
 
-def rint(b, x):
+def rint(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Round to nearest, ties to even (the default rounding mode)."""
     return intrinsic(b, "rint", [x])
 
 
-def sqrt(b, x):
+def sqrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return intrinsic(b, "sqrt", [x])
 
 
-def copysign(b, mag, sign):
+def copysign(b: ir.IRBuilder, mag: ir.Value, sign: ir.Value) -> ir.Value:
     return intrinsic(b, "copysign", [mag, sign])
 
 
-def minnum(b, x, y):
+def minnum(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """Smaller operand, NaN-ignoring (Rust f32::min)."""
     return intrinsic(b, "minnum", [x, y])
 
 
-def maxnum(b, x, y):
+def maxnum(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """Larger operand, NaN-ignoring (Rust f32::max)."""
     return intrinsic(b, "maxnum", [x, y])
 
 
-def select(b, cond, x, y):
+def select(b: ir.IRBuilder, cond: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(cond, x, y)
 
 
-def is_nan(b, x):
+def is_nan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.fcmp_unordered("uno", x, x)
 
 
-def clamp_nan_keep(b, x, lo, hi):
+def clamp_nan_keep(b: ir.IRBuilder, x: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
     """min(max(x, lo), hi) that lets NaN through."""
-    x = b.select(b.fcmp_ordered("<", x, splat(x, lo)), splat(x, lo), x)
-    return b.select(b.fcmp_ordered(">", x, splat(x, hi)), splat(x, hi), x)
+    x = b.select(b.fcmp_ordered("<", x, splat_like(x, lo)), splat_like(x, lo), x)
+    return b.select(b.fcmp_ordered(">", x, splat_like(x, hi)), splat_like(x, hi), x)
 
 
-def clamp_num(b, x, lo, hi):
+def clamp_num(b: ir.IRBuilder, x: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
     """min(max(x, lo), hi) with minnum/maxnum: a NaN lane comes out as `hi` (never NaN)."""
-    return maxnum(b, minnum(b, x, splat(x, hi)), splat(x, lo))
+    return maxnum(b, minnum(b, x, splat_like(x, hi)), splat_like(x, lo))
 
 
 def _ivec(x: ir.Value, ity: ir.Type) -> ir.Type:
-    return shaped(ity, width(x))
+    return vec(ity, width_of(x))
 
 
-def to_bits(b, x):
+def to_bits(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Bit pattern of a float value as i32 / i64 lanes."""
     return b.bitcast(x, _ivec(x, _fmt(x).ity))
 
 
-def from_bits(b, i, fty):
-    return b.bitcast(i, shaped(fty, width(i)))
+def from_bits(b: ir.IRBuilder, i: ir.Value, fty: ir.Type) -> ir.Value:
+    return b.bitcast(i, vec(fty, width_of(i)))
 
 
-def poly(b, x, coeffs):
+def poly(b: ir.IRBuilder, x: ir.Value, coeffs: Sequence[float]) -> ir.Value:
     """Horner evaluation c0 + c1·x + … with fma."""
-    acc = splat(x, coeffs[-1])
+    acc = splat_like(x, coeffs[-1])
     for c in reversed(coeffs[:-1]):
-        acc = fma(b, acc, x, splat(x, c))
+        acc = fma(b, acc, x, splat_like(x, c))
     return acc
 
 
-def _to_int(b, x):
+def _to_int(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Integral float lanes (already in range) to i32/i64 lanes of the same width.
 
     Plain `fptosi`: the lanes are in range by construction, and `llvm.fptosi.sat` would be
@@ -283,76 +245,76 @@ def _to_int(b, x):
     return b.fptosi(x, _ivec(x, _fmt(x).ity))
 
 
-def pow2i(b, n, fty):
+def pow2i(b: ir.IRBuilder, n: ir.Value, fty: ir.Type) -> ir.Value:
     """2^n for integer lanes n with bias+n in [1, 2·bias] (a normal number), from exponent bits."""
     f = _Fmt(fty)
-    e = b.add(n, splat(n, f.bias))
-    return from_bits(b, b.shl(e, splat(n, f.mant)), fty)
+    e = b.add(n, splat_like(n, f.bias))
+    return from_bits(b, b.shl(e, splat_like(n, f.mant)), fty)
 
 
-def ldexp(b, x, n):
+def ldexp(b: ir.IRBuilder, x: ir.Value, n: ir.Value) -> ir.Value:
     """x·2^n for |n| ≤ ~2·bias, as two exact scalings (so underflow rounds once, to a denormal)."""
-    fty = elem_type(x)
-    n1 = b.ashr(n, splat(n, 1))
+    fty = scalar_of(x.type)
+    n1 = b.ashr(n, splat_like(n, 1))
     n2 = b.sub(n, n1)
     return b.fmul(b.fmul(x, pow2i(b, n1, fty)), pow2i(b, n2, fty))
 
 
-def round_half_away(b, x):
+def round_half_away(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Round to nearest, ties away from zero (Rust f32::round); keeps the sign of zero."""
     t = trunc(b, x)
     frac = fabs(b, b.fsub(x, t))
-    step = b.select(b.fcmp_ordered(">=", frac, splat(x, 0.5)), copysign(b, splat(x, 1.0), x), splat(x, 0.0))
+    step = b.select(b.fcmp_ordered(">=", frac, splat_like(x, 0.5)), copysign(b, splat_like(x, 1.0), x), splat_like(x, 0.0))
     return copysign(b, b.fadd(t, step), x)
 
 
 # ── exp family ───────────────────────────────────────────────────────────────
 
-def _exp_reduce(b, x, tail=None):
+def _exp_reduce(b: ir.IRBuilder, x: ir.Value, tail: ir.Value | None = None) -> tuple[ir.Value, ir.Value]:
     """n = round(x/ln2) and r = x − n·ln2 (+ tail), |r| ≤ ln2/2; x pre-clamped, tail optional."""
-    fty = elem_type(x)
+    fty = scalar_of(x.type)
     full = x if tail is None else b.fadd(x, tail)
-    n = rint(b, b.fmul(full, splat(x, 1.0 / math.log(2.0))))
-    r = fma(b, n, splat(x, -LN2_HI[fty]), x)
-    r = fma(b, n, splat(x, -LN2_LO[fty]), r)
+    n = rint(b, b.fmul(full, splat_like(x, 1.0 / math.log(2.0))))
+    r = fma(b, n, splat_like(x, -LN2_HI[fty]), x)
+    r = fma(b, n, splat_like(x, -LN2_LO[fty]), r)
     if tail is not None:
         r = b.fadd(r, tail)
     return n, r
 
 
-def _expm1_poly(b, r):
+def _expm1_poly(b: ir.IRBuilder, r: ir.Value) -> ir.Value:
     """e^r − 1 on the reduced range: r + r²·P(r)."""
-    return fma(b, b.fmul(r, r), poly(b, r, EXP_P[elem_type(r)]), r)
+    return fma(b, b.fmul(r, r), poly(b, r, EXP_P[scalar_of(r.type)]), r)
 
 
-def _exp_limits(fty):
+def _exp_limits(fty: ir.Type) -> tuple[float, float]:
     return (-104.0, 89.0) if fty == F32 else (-746.0, 710.0)
 
 
-def exp(b, x):
+def exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """e^x: overflow → inf, underflow → denormal/0, exp(±inf) = inf/0, NaN → NaN."""
-    fty = elem_type(x)
+    fty = scalar_of(x.type)
     lo, hi = _exp_limits(fty)
     n, r = _exp_reduce(b, clamp_num(b, x, lo, hi))
-    p = b.fadd(_expm1_poly(b, r), splat(x, 1.0))
+    p = b.fadd(_expm1_poly(b, r), splat_like(x, 1.0))
     return b.select(is_nan(b, x), x, ldexp(b, p, _to_int(b, n)))
 
 
-def _exp_with_tail(b, hi, c0, rest):
+def _exp_with_tail(b: ir.IRBuilder, hi: ir.Value, c0: ir.Value, rest: ir.Value) -> ir.Value:
     """e^(hi + c0 + rest) for an exact hi ∈ [−110, 0] and |c0|, |rest| ≲ 3 (erfc: e^(−x²+g)).
 
     c0 and rest are added after the exact Cody–Waite step, where the partial sum is small, so
     the ~0.5 ulp rounding errors of |hi| and |c0| never enter the result."""
-    n = rint(b, b.fmul(b.fadd(b.fadd(hi, c0), rest), splat(hi, 1.0 / math.log(2.0))))
-    r = fma(b, n, splat(hi, -LN2_HI[F32]), hi)
+    n = rint(b, b.fmul(b.fadd(b.fadd(hi, c0), rest), splat_like(hi, 1.0 / math.log(2.0))))
+    r = fma(b, n, splat_like(hi, -LN2_HI[F32]), hi)
     r = b.fadd(r, c0)
-    r = fma(b, n, splat(hi, -LN2_LO[F32]), r)
+    r = fma(b, n, splat_like(hi, -LN2_LO[F32]), r)
     r = b.fadd(r, rest)
-    p = b.fadd(_expm1_poly(b, r), splat(hi, 1.0))
+    p = b.fadd(_expm1_poly(b, r), splat_like(hi, 1.0))
     return ldexp(b, p, _to_int(b, n))
 
 
-def expm1(b, x):
+def expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """e^x − 1 with full relative accuracy near 0 (tiny x → x, keeps −0)."""
     f = _fmt(x)
     lo = -25.0 if not f.is64 else -60.0
@@ -361,117 +323,117 @@ def expm1(b, x):
     em = _expm1_poly(b, r)
     ni = _to_int(b, n)
     top = f.bias  # 2^n representable for n ≤ bias
-    big = b.icmp_signed(">", ni, splat(ni, top))
-    s = pow2i(b, b.select(big, splat(ni, 0), ni), f.fty)
-    small = fma(b, s, em, b.fsub(s, splat(x, 1.0)))          # 2^n·em + (2^n − 1)
-    large = ldexp(b, b.fadd(em, splat(x, 1.0)), ni)          # only for overflow-range n
+    big = b.icmp_signed(">", ni, splat_like(ni, top))
+    s = pow2i(b, b.select(big, splat_like(ni, 0), ni), f.fty)
+    small = fma(b, s, em, b.fsub(s, splat_like(x, 1.0)))          # 2^n·em + (2^n − 1)
+    large = ldexp(b, b.fadd(em, splat_like(x, 1.0)), ni)          # only for overflow-range n
     res = b.select(big, large, small)
-    tiny = b.fcmp_ordered("<", fabs(b, x), splat(x, 2.0 ** -(f.mant + 3)))
+    tiny = b.fcmp_ordered("<", fabs(b, x), splat_like(x, 2.0 ** -(f.mant + 3)))
     return b.select(b.or_(tiny, is_nan(b, x)), x, res)
 
 
-def sigmoid(b, x):
+def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """1/(1+e^−x) without overflow: e/(1+e) with e = e^−|x| for x < 0 (accurate down to denormals)."""
     e = exp(b, b.fneg(fabs(b, x)))
-    num = b.select(b.fcmp_ordered("<", x, splat(x, 0.0)), e, splat(x, 1.0))
-    return b.fdiv(num, b.fadd(splat(x, 1.0), e))
+    num = b.select(b.fcmp_ordered("<", x, splat_like(x, 0.0)), e, splat_like(x, 1.0))
+    return b.fdiv(num, b.fadd(splat_like(x, 1.0), e))
 
 
-def tanh(b, x):
+def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """tanh: odd polynomial for |x| < 0.55, 1 − 2/(e^2|x| + 1) above (f32); f64 via expm1."""
     f = _fmt(x)
     ax = fabs(b, x)
     if f.is64:
-        t = expm1(b, b.fmul(ax, splat(x, -2.0)))
-        return copysign(b, b.fdiv(b.fneg(t), b.fadd(t, splat(x, 2.0))), x)
+        t = expm1(b, b.fmul(ax, splat_like(x, -2.0)))
+        return copysign(b, b.fdiv(b.fneg(t), b.fadd(t, splat_like(x, 2.0))), x)
     z = b.fmul(x, x)
     small = fma(b, x, b.fmul(z, poly(b, z, TANH_P_F32)), x)
-    e = exp(b, b.fmul(minnum(b, ax, splat(x, 10.0)), splat(x, 2.0)))
-    large = b.fsub(splat(x, 1.0), b.fdiv(splat(x, 2.0), b.fadd(e, splat(x, 1.0))))
-    res = b.select(b.fcmp_unordered("<", ax, splat(x, 0.55)), small, copysign(b, large, x))
+    e = exp(b, b.fmul(minnum(b, ax, splat_like(x, 10.0)), splat_like(x, 2.0)))
+    large = b.fsub(splat_like(x, 1.0), b.fdiv(splat_like(x, 2.0), b.fadd(e, splat_like(x, 1.0))))
+    res = b.select(b.fcmp_unordered("<", ax, splat_like(x, 0.55)), small, copysign(b, large, x))
     return _tiny_keep(b, x, res)
 
 
 # ── log family ──────────────────────────────────────────────────────────────
 
-def _log_reduce(b, x):
+def _log_reduce(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     """x = 2^e·m with m ∈ [√½, √2): returns (e as float, f = m − 1).  x > 0 finite (denormals ok)."""
     f = _fmt(x)
-    sub = b.fcmp_ordered("<", x, splat(x, f.tiny))
+    sub = b.fcmp_ordered("<", x, splat_like(x, f.tiny))
     scale = 2.0 ** (f.mant + 1)
-    xs = b.select(sub, b.fmul(x, splat(x, scale)), x)
-    eadj = b.select(sub, splat(x, -(f.mant + 1), f.ity), splat(x, 0, f.ity))
+    xs = b.select(sub, b.fmul(x, splat_like(x, scale)), x)
+    eadj = b.select(sub, splat_like(x, -(f.mant + 1), f.ity), splat_like(x, 0, f.ity))
     magic = 0x3FE6A09E667F3BCD if f.is64 else 0x3F3504F3          # bits of √½
-    i = b.sub(to_bits(b, xs), splat(x, magic, f.ity))
-    e = b.add(b.ashr(i, splat(x, f.mant, f.ity)), eadj)
-    mbits = b.add(b.and_(i, splat(x, (1 << f.mant) - 1, f.ity)), splat(x, magic, f.ity))
+    i = b.sub(to_bits(b, xs), splat_like(x, magic, f.ity))
+    e = b.add(b.ashr(i, splat_like(x, f.mant, f.ity)), eadj)
+    mbits = b.add(b.and_(i, splat_like(x, (1 << f.mant) - 1, f.ity)), splat_like(x, magic, f.ity))
     m = from_bits(b, mbits, f.fty)
-    return b.sitofp(e, x.type), b.fsub(m, splat(x, 1.0))
+    return b.sitofp(e, x.type), b.fsub(m, splat_like(x, 1.0))
 
 
-def _log1p_reduced(b, f):
+def _log1p_reduced(b: ir.IRBuilder, f: ir.Value) -> ir.Value:
     """log(1+f) for f ∈ [√½−1, √2−1]."""
-    if elem_type(f) == F32:
+    if scalar_of(f.type) == F32:
         return fma(b, b.fmul(f, f), poly(b, f, LOG_Q_F32), f)
-    s = b.fdiv(f, b.fadd(f, splat(f, 2.0)))
+    s = b.fdiv(f, b.fadd(f, splat_like(f, 2.0)))
     z = b.fmul(s, s)
     r = b.fmul(z, poly(b, z, LOG_R_F64))
-    hfsq = b.fmul(splat(f, 0.5), b.fmul(f, f))
+    hfsq = b.fmul(splat_like(f, 0.5), b.fmul(f, f))
     return b.fsub(f, b.fsub(hfsq, b.fmul(s, b.fadd(hfsq, r))))
 
 
-def _log_combine(b, e, l1p):
+def _log_combine(b: ir.IRBuilder, e: ir.Value, l1p: ir.Value) -> ir.Value:
     """e·ln2 + l1p with ln2 split so e·ln2_hi is exact."""
-    fty = elem_type(e)
-    return fma(b, e, splat(e, LN2_HI[fty]), fma(b, e, splat(e, LN2_LO[fty]), l1p))
+    fty = scalar_of(e.type)
+    return fma(b, e, splat_like(e, LN2_HI[fty]), fma(b, e, splat_like(e, LN2_LO[fty]), l1p))
 
 
-def _log_specials(b, x, res, zero_at):
+def _log_specials(b: ir.IRBuilder, x: ir.Value, res: ir.Value, zero_at: float) -> ir.Value:
     """x == zero_at → −inf; x < zero_at or NaN → NaN; x == +inf → +inf."""
-    res = b.select(b.fcmp_ordered("==", x, splat(x, math.inf)), x, res)
-    res = b.select(b.fcmp_ordered("==", x, splat(x, zero_at)), splat(x, -math.inf), res)
-    return b.select(b.fcmp_unordered("<", x, splat(x, zero_at)), splat(x, math.nan), res)
+    res = b.select(b.fcmp_ordered("==", x, splat_like(x, math.inf)), x, res)
+    res = b.select(b.fcmp_ordered("==", x, splat_like(x, zero_at)), splat_like(x, -math.inf), res)
+    return b.select(b.fcmp_unordered("<", x, splat_like(x, zero_at)), splat_like(x, math.nan), res)
 
 
-def log(b, x):
+def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Natural log: log(0) = −inf, log(<0) = NaN, log(inf) = inf; denormals exact-range."""
     e, f = _log_reduce(b, x)
     return _log_specials(b, x, _log_combine(b, e, _log1p_reduced(b, f)), 0.0)
 
 
-def log1p(b, x):
+def log1p(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """log(1+x), accurate for tiny x (u = 1+x with the rounding error of u corrected)."""
-    one = splat(x, 1.0)
+    one = splat_like(x, 1.0)
     u = b.fadd(x, one)
     e, f = _log_reduce(b, u)
     corr = b.fdiv(b.fsub(x, b.fsub(u, one)), u)              # (x − (u−1))/u
-    e_zero = b.fcmp_ordered("==", e, splat(x, 0.0))
+    e_zero = b.fcmp_ordered("==", e, splat_like(x, 0.0))
     f = b.select(e_zero, x, f)
-    corr = b.select(e_zero, splat(x, 0.0), corr)
+    corr = b.select(e_zero, splat_like(x, 0.0), corr)
     res = _log_combine(b, e, b.fadd(_log1p_reduced(b, f), corr))
     fm = _fmt(x)
-    tiny = b.fcmp_ordered("<", fabs(b, x), splat(x, 2.0 ** -(fm.mant + 3)))   # log1p(x) = x (keeps −0)
+    tiny = b.fcmp_ordered("<", fabs(b, x), splat_like(x, 2.0 ** -(fm.mant + 3)))   # log1p(x) = x (keeps −0)
     return _log_specials(b, x, b.select(tiny, x, res), -1.0)
 
 
 # ── erf ─────────────────────────────────────────────────────────────────────
 
-def _erf_small(b, x):
+def _erf_small(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """erf(x) = x + x·P(x²) for |x| ≤ 0.5."""
-    return fma(b, x, poly(b, b.fmul(x, x), ERF_P[elem_type(x)]), x)
+    return fma(b, x, poly(b, b.fmul(x, x), ERF_P[scalar_of(x.type)]), x)
 
 
-def _erfc_tail(b, a):
+def _erfc_tail(b: ir.IRBuilder, a: ir.Value) -> ir.Value:
     """erfc(a) = e^(−a² + g(a)) for a ≥ 0.5 (a already clamped to the table range)."""
-    fty = elem_type(a)
+    fty = scalar_of(a.type)
     pieces = ERFC_G_F32 if fty == F32 else ERFC_G_F64
     ncoef = len(pieces[0][2])
-    mid = splat(a, pieces[-1][1])
-    coeffs = [splat(a, pieces[-1][2][k]) for k in range(ncoef)]
+    mid = splat_like(a, pieces[-1][1])
+    coeffs = [splat_like(a, pieces[-1][2][k]) for k in range(ncoef)]
     for top, m, cs in reversed(pieces[:-1]):
-        inside = b.fcmp_ordered("<", a, splat(a, top))
-        mid = b.select(inside, splat(a, m), mid)
-        coeffs = [b.select(inside, splat(a, cs[k]), coeffs[k]) for k in range(ncoef)]
+        inside = b.fcmp_ordered("<", a, splat_like(a, top))
+        mid = b.select(inside, splat_like(a, m), mid)
+        coeffs = [b.select(inside, splat_like(a, cs[k]), coeffs[k]) for k in range(ncoef)]
     s = b.fsub(a, mid)
     g1 = coeffs[-1]                                    # g = c0 + s·g1(s)
     for c in reversed(coeffs[1:-1]):
@@ -483,41 +445,41 @@ def _erfc_tail(b, a):
     return exp(b, fma(b, b.fneg(a), a, fma(b, s, g1, coeffs[0])))
 
 
-def _erf_tail_arg(b, ax):
-    top = 10.25 if elem_type(ax) == F32 else 6.0
+def _erf_tail_arg(b: ir.IRBuilder, ax: ir.Value) -> ir.Value:
+    top = 10.25 if scalar_of(ax.type) == F32 else 6.0
     return clamp_num(b, ax, 0.5, top)
 
 
-def erf(b, x):
+def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """erf: x·P(x²) for |x| < 0.5, else ±(1 − e^(−x²+g(|x|))); erf(±inf) = ±1, NaN → NaN."""
     ax = fabs(b, x)
-    tail = b.fsub(splat(x, 1.0), _erfc_tail(b, _erf_tail_arg(b, ax)))
-    return b.select(b.fcmp_unordered("<", ax, splat(x, 0.5)), _erf_small(b, x), copysign(b, tail, x))
+    tail = b.fsub(splat_like(x, 1.0), _erfc_tail(b, _erf_tail_arg(b, ax)))
+    return b.select(b.fcmp_unordered("<", ax, splat_like(x, 0.5)), _erf_small(b, x), copysign(b, tail, x))
 
 
-def erfc(b, x):
+def erfc(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """1 − erf(x) with relative accuracy in the right tail (f32 only); erfc(−inf) = 2, erfc(inf) = 0."""
-    if elem_type(x) != F32:
+    if scalar_of(x.type) != F32:
         raise NotImplementedError("vecmath.erfc is implemented for f32 only")
     ax = fabs(b, x)
     e = _erfc_tail(b, _erf_tail_arg(b, ax))
-    tail = b.select(b.fcmp_ordered("<", x, splat(x, 0.0)), b.fsub(splat(x, 2.0), e), e)
-    small = b.fsub(splat(x, 1.0), _erf_small(b, x))
-    return b.select(b.fcmp_unordered("<", ax, splat(x, 0.5)), small, tail)
+    tail = b.select(b.fcmp_ordered("<", x, splat_like(x, 0.0)), b.fsub(splat_like(x, 2.0), e), e)
+    small = b.fsub(splat_like(x, 1.0), _erf_small(b, x))
+    return b.select(b.fcmp_unordered("<", ax, splat_like(x, 0.5)), small, tail)
 
 
 # ── sin / cos / tan ─────────────────────────────────────────────────────────
 
-def _trig_reduce(b, x):
+def _trig_reduce(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     """(r, q): x = q·π/2 + r, |r| ≤ π/4, q mod 4 as int lanes; f32 reduces in f64 (exact r)."""
     f = _fmt(x)
-    xd = x if f.is64 else b.fpext(x, shaped(F64, width(x)))
-    k = rint(b, b.fmul(xd, splat(xd, 2.0 / math.pi)))
+    xd = x if f.is64 else b.fpext(x, vec(F64, width_of(x)))
+    k = rint(b, b.fmul(xd, splat_like(xd, 2.0 / math.pi)))
     nk = b.fneg(k)
-    r = fma(b, nk, splat(xd, PIO2[0]), xd)
-    r = fma(b, nk, splat(xd, PIO2[1]), r)
-    r = fma(b, nk, splat(xd, PIO2[2]), r)
-    q = b.fsub(k, b.fmul(floor(b, b.fmul(k, splat(xd, 0.25))), splat(xd, 4.0)))
+    r = fma(b, nk, splat_like(xd, PIO2[0]), xd)
+    r = fma(b, nk, splat_like(xd, PIO2[1]), r)
+    r = fma(b, nk, splat_like(xd, PIO2[2]), r)
+    q = b.fsub(k, b.fmul(floor(b, b.fmul(k, splat_like(xd, 0.25))), splat_like(xd, 4.0)))
     q = clamp_num(b, q, 0.0, 3.0)                       # NaN (x = ±inf) → a harmless 3
     qi = b.fptosi(q, _ivec(x, I32))
     if not f.is64:
@@ -561,7 +523,7 @@ def _two_over_pi_words(n_words: int) -> list[int]:
 TWO_OVER_PI_WORDS = _two_over_pi_words(10)
 
 
-def _two_over_pi_table(b) -> ir.GlobalVariable:
+def _two_over_pi_table(b: ir.IRBuilder) -> ir.GlobalVariable:
     module = b.block.function.module
     name = "rlx.two_over_pi"
     g = module.globals.get(name)
@@ -575,7 +537,7 @@ def _two_over_pi_table(b) -> ir.GlobalVariable:
     return g
 
 
-def _payne_hanek_f32(b, x):
+def _payne_hanek_f32(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     """(r, q) for one finite f32 lane: |x| = q·π/2 + r (mod 2π), |r| ≤ π/4, then x's sign."""
     table = _two_over_pi_table(b)
     u64 = lambda v: ir.Constant(I64, v)  # noqa: E731
@@ -615,11 +577,11 @@ def _payne_hanek_f32(b, x):
     return r, b.trunc(q, I32)
 
 
-def _huge_f32_lanes(b, x, r, qi):
+def _huge_f32_lanes(b: ir.IRBuilder, x: ir.Value, r: ir.Value, qi: ir.Value) -> tuple[ir.Value, ir.Value]:
     """Replace (r, q) by the Payne–Hanek reduction in lanes with HUGE_F32 ≤ |x| < ∞: a cold
     block, entered when any lane needs it, loops over the lanes through stack copies (one copy
     of the scalar code, whatever the width)."""
-    lanes = width(x)
+    lanes = width_of(x)
     if lanes == 1:
         before = b.block
         with b.if_then(_is_huge(b, x), likely=False):
@@ -655,12 +617,12 @@ def _huge_f32_lanes(b, x, r, qi):
     return _phi(b, r, r2, before, then), _phi(b, qi, q2, before, then)
 
 
-def _is_huge(b, x):
+def _is_huge(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     ax = fabs(b, x)
-    return b.and_(b.fcmp_ordered(">=", ax, splat(x, HUGE_F32)), b.fcmp_ordered("<", ax, splat(x, math.inf)))
+    return b.and_(b.fcmp_ordered(">=", ax, splat_like(x, HUGE_F32)), b.fcmp_ordered("<", ax, splat_like(x, math.inf)))
 
 
-def _phi(b, skipped, taken, before, then):
+def _phi(b: ir.IRBuilder, skipped: ir.Value, taken: ir.Value, before: ir.Block, then: ir.Block) -> ir.Value:
     """The value after an `if_then`: `skipped` when the branch was not taken, `taken` from `then`."""
     v = b.phi(skipped.type)
     v.add_incoming(skipped, before)
@@ -668,37 +630,37 @@ def _phi(b, skipped, taken, before, then):
     return v
 
 
-def _sin_poly(b, r, z):
-    return fma(b, b.fmul(r, z), poly(b, z, SIN_S[elem_type(r)]), r)
+def _sin_poly(b: ir.IRBuilder, r: ir.Value, z: ir.Value) -> ir.Value:
+    return fma(b, b.fmul(r, z), poly(b, z, SIN_S[scalar_of(r.type)]), r)
 
 
-def _cos_poly(b, z):
-    one = splat(z, 1.0)
-    hz = b.fmul(z, splat(z, 0.5))
+def _cos_poly(b: ir.IRBuilder, z: ir.Value) -> ir.Value:
+    one = splat_like(z, 1.0)
+    hz = b.fmul(z, splat_like(z, 0.5))
     w = b.fsub(one, hz)
-    tail = fma(b, b.fmul(z, z), poly(b, z, COS_C[elem_type(z)]), b.fsub(b.fsub(one, w), hz))
+    tail = fma(b, b.fmul(z, z), poly(b, z, COS_C[scalar_of(z.type)]), b.fsub(b.fsub(one, w), hz))
     return b.fadd(w, tail)
 
 
-def _flip_sign(b, v, flip):
+def _flip_sign(b: ir.IRBuilder, v: ir.Value, flip: ir.Value) -> ir.Value:
     """Negate the lanes of v where the i1 lanes of `flip` are set."""
     f = _fmt(v)
-    bit = b.shl(b.zext(flip, _ivec(v, f.ity)), splat(v, 63 if f.is64 else 31, f.ity))
+    bit = b.shl(b.zext(flip, _ivec(v, f.ity)), splat_like(v, 63 if f.is64 else 31, f.ity))
     return from_bits(b, b.xor(to_bits(b, v), bit), f.fty)
 
 
-def _qbit(b, qi, mask):
-    return b.icmp_unsigned("!=", b.and_(qi, splat(qi, mask)), splat(qi, 0))
+def _qbit(b: ir.IRBuilder, qi: ir.Value, mask: int) -> ir.Value:
+    return b.icmp_unsigned("!=", b.and_(qi, splat_like(qi, mask)), splat_like(qi, 0))
 
 
-def _tiny_keep(b, x, res):
+def _tiny_keep(b: ir.IRBuilder, x: ir.Value, res: ir.Value) -> ir.Value:
     """|x| tiny: the result is x itself (keeps −0 and denormals exact)."""
     f = _fmt(x)
     lim = 2.0 ** (-27 if f.is64 else -12)
-    return b.select(b.fcmp_ordered("<", fabs(b, x), splat(x, lim)), x, res)
+    return b.select(b.fcmp_ordered("<", fabs(b, x), splat_like(x, lim)), x, res)
 
 
-def sin(b, x):
+def sin(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """sin: accurate (abs err ~1e-7 f32 / ~1e-16 f64) for |x| ≤ 1e13; ±inf, NaN → NaN."""
     r, qi = _trig_reduce(b, x)
     z = b.fmul(r, r)
@@ -707,17 +669,17 @@ def sin(b, x):
     return _tiny_keep(b, x, _flip_sign(b, v, _qbit(b, qi, 2)))
 
 
-def cos(b, x):
+def cos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """cos: same reduction as sin, quadrant shifted by one."""
     r, qi = _trig_reduce(b, x)
     z = b.fmul(r, r)
     s, c = _sin_poly(b, r, z), _cos_poly(b, z)
     v = b.select(_qbit(b, qi, 1), s, c)
-    q1 = b.add(qi, splat(qi, 1))
+    q1 = b.add(qi, splat_like(qi, 1))
     return _flip_sign(b, v, _qbit(b, q1, 2))
 
 
-def tan(b, x):
+def tan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """tan = sin(r)/cos(r) in even quadrants, −cos(r)/sin(r) in odd ones."""
     r, qi = _trig_reduce(b, x)
     z = b.fmul(r, r)
@@ -730,51 +692,51 @@ def tan(b, x):
 
 # ── atan / atan2 ────────────────────────────────────────────────────────────
 
-def _pi_const(b, like, key):
+def _pi_const(b: ir.IRBuilder, like: ir.Value, key: str) -> tuple[ir.Value, ir.Value]:
     """(hi, lo) constants of π/4, π/2 or π in the working precision."""
     v = _PI[key]
-    if elem_type(like) == F64:
-        return splat(like, v), splat(like, _PI_LO[v])
+    if scalar_of(like.type) == F64:
+        return splat_like(like, v), splat_like(like, _PI_LO[v])
     hi = np.float32(v)
-    return splat(like, float(hi)), splat(like, float(np.float32(v - float(hi))))
+    return splat_like(like, float(hi)), splat_like(like, float(np.float32(v - float(hi))))
 
 
-def _atan_ratio(b, num, den):
+def _atan_ratio(b: ir.IRBuilder, num: ir.Value, den: ir.Value) -> ir.Value:
     """atan(num/den) for 0 ≤ num ≤ den: u = num/den or (num−den)/(num+den) (+π/4), one division."""
-    big = b.fcmp_ordered(">", num, b.fmul(den, splat(den, math.sqrt(2.0) - 1.0)))
+    big = b.fcmp_ordered(">", num, b.fmul(den, splat_like(den, math.sqrt(2.0) - 1.0)))
     u = b.fdiv(b.select(big, b.fsub(num, den), num), b.select(big, b.fadd(num, den), den))
     z = b.fmul(u, u)
-    p = fma(b, b.fmul(u, z), poly(b, z, ATAN_A[elem_type(u)]), u)
+    p = fma(b, b.fmul(u, z), poly(b, z, ATAN_A[scalar_of(u.type)]), u)
     hi, lo = _pi_const(b, num, "pio4")
     return b.select(big, b.fadd(hi, b.fadd(p, lo)), p)
 
 
-def _from_pi(b, a, key):
+def _from_pi(b: ir.IRBuilder, a: ir.Value, key: str) -> ir.Value:
     """(π·k − a) with a two-part constant."""
     hi, lo = _pi_const(b, a, key)
     return b.fadd(b.fsub(hi, a), lo)
 
 
-def atan(b, x):
+def atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """atan: atan(±inf) = ±π/2, keeps −0, NaN → NaN."""
     ax = fabs(b, x)
-    one = splat(x, 1.0)
+    one = splat_like(x, 1.0)
     inv = b.fcmp_ordered(">", ax, one)
     a = _atan_ratio(b, b.select(inv, one, ax), b.select(inv, ax, one))
     return copysign(b, b.select(inv, _from_pi(b, a, "pio2"), a), x)
 
 
-def atan2(b, y, x):
+def atan2(b: ir.IRBuilder, y: ir.Value, x: ir.Value) -> ir.Value:
     """atan2(y, x) per C99 Annex F (all quadrants, signed zeros, infinities); NaN → NaN."""
     ax, ay = fabs(b, x), fabs(b, y)
     swap = b.fcmp_ordered(">", ay, ax)
     num, den = b.select(swap, ax, ay), b.select(swap, ay, ax)
     a = _atan_ratio(b, num, den)
-    a = b.select(b.fcmp_ordered("==", den, splat(x, 0.0)), splat(x, 0.0), a)          # both zero
+    a = b.select(b.fcmp_ordered("==", den, splat_like(x, 0.0)), splat_like(x, 0.0), a)          # both zero
     pio4 = _pi_const(b, x, "pio4")[0]
-    a = b.select(b.fcmp_ordered("==", num, splat(x, math.inf)), pio4, a)               # both inf
+    a = b.select(b.fcmp_ordered("==", num, splat_like(x, math.inf)), pio4, a)               # both inf
     a = b.select(swap, _from_pi(b, a, "pio2"), a)
-    neg_x = b.icmp_signed("<", to_bits(b, x), splat(x, 0, _fmt(x).ity))               # signbit(x)
+    neg_x = b.icmp_signed("<", to_bits(b, x), splat_like(x, 0, _fmt(x).ity))               # signbit(x)
     a = b.select(neg_x, _from_pi(b, a, "pi"), a)
     res = copysign(b, a, y)
     return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), res)
@@ -782,16 +744,16 @@ def atan2(b, y, x):
 
 # ── pow ─────────────────────────────────────────────────────────────────────
 
-def _is_int(b, y):
+def _is_int(b: ir.IRBuilder, y: ir.Value) -> ir.Value:
     return b.fcmp_ordered("==", floor(b, y), y)
 
 
-def _is_odd_int(b, y):
-    h = b.fmul(y, splat(y, 0.5))
+def _is_odd_int(b: ir.IRBuilder, y: ir.Value) -> ir.Value:
+    h = b.fmul(y, splat_like(y, 0.5))
     return b.and_(_is_int(b, y), b.fcmp_ordered("!=", floor(b, h), h))
 
 
-def pow(b, x, y):
+def pow(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """C powf/pow: |x|^y = e^(y·ln|x|), sign and special cases per C99 F.9.4.4.
 
     f32 evaluates e^(y·ln|x|) in f64 (correctly rounded in practice); f64 has relative error
@@ -801,20 +763,19 @@ def pow(b, x, y):
     if f.is64:
         mag = exp(b, b.fmul(y, log(b, ax)))
     else:
-        dty = shaped(F64, width(x))
+        dty = vec(F64, width_of(x))
         xd, yd = b.fpext(ax, dty), b.fpext(y, dty)
         mag = b.fptrunc(exp(b, b.fmul(yd, log(b, xd))), x.type)
-    neg_x = b.icmp_signed("<", to_bits(b, x), splat(x, 0, f.ity))
+    neg_x = b.icmp_signed("<", to_bits(b, x), splat_like(x, 0, f.ity))
     res = _flip_sign(b, mag, b.and_(neg_x, _is_odd_int(b, y)))
-    finite_neg = b.and_(b.fcmp_ordered("<", x, splat(x, 0.0)), b.fcmp_ordered(">", x, splat(x, -math.inf)))
-    res = b.select(b.and_(finite_neg, b.not_(_is_int(b, y))), splat(x, math.nan), res)
-    one = b.or_(b.fcmp_ordered("==", y, splat(y, 0.0)), b.fcmp_ordered("==", x, splat(x, 1.0)))
-    minus_one_inf = b.and_(b.fcmp_ordered("==", x, splat(x, -1.0)),
-                           b.fcmp_ordered("==", fabs(b, y), splat(y, math.inf)))
-    return b.select(b.or_(one, minus_one_inf), splat(x, 1.0), res)
+    finite_neg = b.and_(b.fcmp_ordered("<", x, splat_like(x, 0.0)), b.fcmp_ordered(">", x, splat_like(x, -math.inf)))
+    res = b.select(b.and_(finite_neg, b.not_(_is_int(b, y))), splat_like(x, math.nan), res)
+    one = b.or_(b.fcmp_ordered("==", y, splat_like(y, 0.0)), b.fcmp_ordered("==", x, splat_like(x, 1.0)))
+    minus_one_inf = b.and_(b.fcmp_ordered("==", x, splat_like(x, -1.0)),
+                           b.fcmp_ordered("==", fabs(b, y), splat_like(y, math.inf)))
+    return b.select(b.or_(one, minus_one_inf), splat_like(x, 1.0), res)
 
 
 __all__ = ["exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "erfc", "sin", "cos", "tan", "atan",
            "atan2", "pow", "floor", "ceil", "trunc", "rint", "round_half_away", "ldexp", "pow2i", "select",
-           "splat", "fma", "fabs", "sqrt", "copysign", "minnum", "maxnum", "intrinsic", "poly", "width",
-           "elem_type", "shaped"]
+           "fma", "fabs", "sqrt", "copysign", "minnum", "maxnum", "intrinsic", "poly"]

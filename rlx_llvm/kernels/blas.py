@@ -10,8 +10,7 @@ one raises `RlxError` at import time, never at run time.  Any other routine is r
 emitter first declares it, i.e. at compile time.
 
 Fortran ABI: every argument is a pointer (no hidden string lengths in SciPy's wrappers).  Emitters
-use `FortranArgs`, which places the by-pointer scalars in `alloca` slots of the entry block and
-emits the call with constant dims.
+call the routines through `ir_emit.blas_calls.FortranArgs` (this module emits no IR).
 """
 from __future__ import annotations
 
@@ -24,12 +23,10 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..errors import RlxError
-from ..ir_emit.core import F32, F64, I8, I32, PTR, EmitContext
 
 PREFIX = "rlx_"
 REQUIRED = ("sgemm", "dgemm", "cgemm", "sgesv", "dgesv", "dpotrf", "dtrsm", "dgetrf")
 BLAS_INT_MAX = 2**31 - 1  # SciPy's capsules are LP64: every dim and leading dim is a 32-bit int
-
 
 
 class Status(enum.IntEnum):
@@ -82,7 +79,7 @@ class Routine:
         """`void (ptr × nargs)`: the Fortran ABI passes everything by pointer."""
         if self.returns != "void":
             raise RlxError(f"{self.name} returns {self.returns}; only subroutines are callable from IR")
-        return ir.FunctionType(ir.VoidType(), [PTR] * self.nargs)
+        return ir.FunctionType(ir.VoidType(), [ir.PointerType()] * self.nargs)
 
 
 def _parse_signature(signature: str) -> tuple[str, int]:
@@ -138,67 +135,3 @@ def _register_required() -> None:
 
 
 _register_required()
-
-
-class FortranArgs:
-    """By-pointer scalar arguments of one thunk function, as `alloca` slots in its entry block.
-
-    Constant slots are created once per function and reused (BLAS/LAPACK never write their input
-    scalars); `mutable_int()` gives a fresh slot for values stored at run time (row counts, `info`).
-    """
-
-    def __init__(self, ctx: EmitContext) -> None:
-        self.ctx = ctx
-        self._consts: dict[tuple, ir.Value] = {}
-
-    def _alloca(self, ty: ir.Type, init: ir.Constant | None = None) -> ir.Value:
-        b = self.ctx.b
-        with b.goto_entry_block():
-            slot = b.alloca(ty)
-            if init is not None:
-                b.store(init, slot)
-        return slot
-
-    def _const(self, ty: ir.Type, value) -> ir.Value:
-        key = (str(ty), value)
-        if key not in self._consts:
-            self._consts[key] = self._alloca(ty, ir.Constant(ty, value))
-        return self._consts[key]
-
-    def int(self, value: int) -> ir.Value:
-        """Pointer to a constant 32-bit Fortran INTEGER."""
-        if not -2**31 <= value <= BLAS_INT_MAX:
-            raise RlxError(f"{value} does not fit a 32-bit BLAS integer")
-        return self._const(I32, value)
-
-    def char(self, flag: str) -> ir.Value:
-        """Pointer to a constant CHARACTER flag ('N', 'T', 'U', 'L', 'R')."""
-        return self._const(I8, ord(flag))
-
-    def f32(self, value: float) -> ir.Value:
-        """Pointer to a constant REAL."""
-        return self._const(F32, float(value))
-
-    def f64(self, value: float) -> ir.Value:
-        """Pointer to a constant DOUBLE PRECISION."""
-        return self._const(F64, float(value))
-
-    def c64(self, re_: float, im: float = 0.0) -> ir.Value:
-        """Pointer to a constant COMPLEX (two f32, real first)."""
-        ty = ir.ArrayType(F32, 2)
-        key = ("c64", re_, im)
-        if key not in self._consts:
-            self._consts[key] = self._alloca(ty, ir.Constant(ty, [F32(float(re_)), F32(float(im))]))
-        return self._consts[key]
-
-    def mutable_int(self) -> ir.Value:
-        """A fresh INTEGER slot for a value written at run time (by us or by LAPACK)."""
-        return self._alloca(I32)
-
-    def call(self, name: str, *args: ir.Value) -> None:
-        """Emit `call void @rlx_<name>(args...)`, declaring the routine once per module."""
-        r = routine(name)
-        if len(args) != r.nargs:
-            raise RlxError(f"{name} takes {r.nargs} arguments ({r.signature}), got {len(args)}")
-        fn = self.ctx.declare(r.symbol, r.function_type())
-        self.ctx.b.call(fn, list(args))

@@ -92,12 +92,9 @@ def _set_via_threadpoolctl(n: int) -> bool:
 
 
 def _set_own_threads(n: int) -> None:
-    """rlx_llvm's own parallel loops (`ir_emit.parallel`), when that module exists."""
-    try:
-        from ..ir_emit import parallel
-    except ImportError:
-        return
-    parallel.set_threads(n)
+    """rlx_llvm's own parallel loops (`kernels.gomp`, read by the code `ir_emit.parallel` emits)."""
+    from . import gomp
+    gomp.set_threads(n)
 
 
 def set_num_threads(n: int) -> None:

@@ -8,7 +8,7 @@ import re
 import numpy as np
 
 from rlx_llvm import thunks as T
-from rlx_llvm.ir_emit.core import FIELD_STRIDE
+from rlx_llvm.ir_emit.context import FIELD_STRIDE
 from rlx_llvm.ir_emit.shared_bodies import buffer_fields, canonical
 from rlx_llvm.ops import MaskKind
 from rlx_llvm.thunks.base import USIZE_MAX

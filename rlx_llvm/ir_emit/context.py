@@ -1,4 +1,4 @@
-"""Shared emitter machinery: LLVM types, the per-thunk EmitContext, loops and lane access.
+"""The per-thunk `EmitContext`: the builder, the arena and scratch pointers, and addressing.
 
 An emitter gets an `EmitContext` positioned in the entry block of
 `i32 @t<N>_<kind>(ptr %arena, ptr %scratch)` and writes the thunk's body; returning from the
@@ -13,34 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from typing import Callable, Union
 
 from llvmlite import ir
 
-from ..dtypes import DType, LaneKind
-
-F16 = ir.HalfType()
-F32 = ir.FloatType()
-F64 = ir.DoubleType()
-I1 = ir.IntType(1)
-I8 = ir.IntType(8)
-I16 = ir.IntType(16)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
-
-# Storage type of each DType in the arena (bf16 is carried as its i16 bit pattern; C64 as f32 pairs).
-STORAGE: dict[DType, ir.Type] = {
-    DType.F32: F32, DType.F16: F16, DType.BF16: I16, DType.F64: F64, DType.I8: I8, DType.I16: I16,
-    DType.I32: I32, DType.I64: I64, DType.U8: I8, DType.U32: I32, DType.Bool: I8,
-}
+from ..dtypes import LaneKind
+from .toolkit import (I32, I64, I8, PTR, STORAGE, Index, for_range, narrow_from_f32, sizeof, vec, vector_loop,
+                      widen_to_f32, width_of)
 
 # Outputs at least this large are written with non-temporal stores (they cannot stay in the
 # 32 MiB L3 anyway, and streaming skips the read-for-ownership of every line: ~1/3 less traffic).
 STREAM_BYTES = 8 << 20
-
-# Fast-math flags that keep IEEE special values intact (never nnan/ninf: inputs may hold them).
-FASTMATH = ("nsz", "contract", "afn", "arcp")
 
 
 def snake(name: str) -> str:
@@ -48,29 +32,6 @@ def snake(name: str) -> str:
     s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
     s = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", s)
     return s.lower()
-
-
-def vec(ty: ir.Type, width: int) -> ir.Type:
-    """`<width x ty>`, or `ty` itself for width 1."""
-    return ty if width == 1 else ir.VectorType(ty, width)
-
-
-def const(ty: ir.Type, value, width: int = 1) -> ir.Constant:
-    """A scalar constant, or a splat vector of it."""
-    if width == 1:
-        return ir.Constant(ty, value)
-    return ir.Constant(ir.VectorType(ty, width), [ir.Constant(ty, value)] * width)
-
-
-def splat_like(value: ir.Value, ty: ir.Type, c) -> ir.Constant:
-    """A constant of element type `ty` shaped like `value` (scalar or vector)."""
-    t = value.type
-    return const(ty, c, t.count if isinstance(t, ir.VectorType) else 1)
-
-
-def width_of(value: ir.Value) -> int:
-    """Lanes in a value (1 for a scalar)."""
-    return value.type.count if isinstance(value.type, ir.VectorType) else 1
 
 
 FIELD_STRIDE = 1 << 40  # virtual arena offsets of a shared body: buffer k starts at k·FIELD_STRIDE
@@ -145,7 +106,7 @@ class EmitContext:
     def load(self, offset: int, ty: ir.Type, index: "ir.Value | int", width: int = 1,
              base: ir.Value | None = None) -> ir.Value:
         """Load `width` consecutive elements of storage type `ty` (scalar when width is 1)."""
-        size = _sizeof(ty)
+        size = sizeof(ty)
         return self.b.load(self.addr(offset, index, size, base), typ=vec(ty, width),
                            align=_alignment(offset, size))
 
@@ -158,7 +119,7 @@ class EmitContext:
         aligned to its size — see `streams`.
         """
         ty = value.type.element if isinstance(value.type, ir.VectorType) else value.type
-        size = _sizeof(ty)
+        size = sizeof(ty)
         width = width_of(value)
         if streaming and width > 1:
             st = self.b.store(value, self.addr(offset, index, size, base), align=min(size * width, 64))
@@ -169,7 +130,7 @@ class EmitContext:
 
     def fail(self, status: "ir.Value | int") -> None:
         """Return a non-zero status now (e.g. LAPACK's info); Program.run raises ExecutionError."""
-        self.b.ret(I32(status) if isinstance(status, int) else status)
+        self.b.ret(I32(int(status)) if isinstance(status, int) else status)
 
     def streams(self, offset: int, itemsize: int, count: int, width: int | None = None) -> bool:
         """Whether stores of `count` elements at `offset` should stream: the output is far larger
@@ -196,40 +157,15 @@ class EmitContext:
         self.store(offset, narrow_from_f32(self.b, lane.dtype, value), index, streaming)
 
     # ── control flow ──
-    @contextlib.contextmanager
-    def for_range(self, start: "int | ir.Value", stop: "int | ir.Value", step: int = 1,
-                  name: str = "i") -> Iterator[ir.Value]:
-        """`for i in range(start, stop, step)` over i64; yields the induction variable."""
-        b = self.b
-        start = I64(start) if isinstance(start, int) else start
-        stop = I64(stop) if isinstance(stop, int) else stop
-        pre = b.block
-        header = self.fn.append_basic_block(f"{name}.header")
-        body = self.fn.append_basic_block(f"{name}.body")
-        done = self.fn.append_basic_block(f"{name}.done")
-        b.branch(header)
-        b.position_at_end(header)
-        i = b.phi(I64, name=name)
-        i.add_incoming(start, pre)
-        b.cbranch(b.icmp_signed("<", i, stop), body, done)
-        b.position_at_end(body)
-        yield i
-        nxt = b.add(i, I64(step), name=f"{name}.next", flags=("nsw",))
-        i.add_incoming(nxt, b.block)
-        b.branch(header)
-        b.position_at_end(done)
+    def for_range(self, start: Index, stop: Index, step: int = 1, name: str = "i"
+                  ) -> "contextlib.AbstractContextManager[ir.Value]":
+        """`with ctx.for_range(start, stop, step) as i:` — `toolkit.for_range` in this context."""
+        return for_range(self, start, stop, step, name)
 
     def vector_loop(self, n: int, body: Callable[[ir.Value, int], None], width: int | None = None,
                     name: str = "i") -> None:
-        """Run `body(i, W)` over [0, n - n % W) in steps of W, then `body(i, 1)` over the tail."""
-        w = width or self.lanes
-        main = n - n % w if w > 1 else 0
-        if main:
-            with self.for_range(0, main, w, name=f"{name}.vec") as i:
-                body(i, w)
-        if n - main:
-            with self.for_range(main, n, 1, name=f"{name}.tail") as i:
-                body(i, 1)
+        """`body(i, W)` over whole vectors, then `body(i, 1)` over the tail — `toolkit.vector_loop`."""
+        vector_loop(self, n, body, width, name)
 
     def note_path(self, path: str) -> None:
         """Record how this thunk's code actually runs (e.g. a GEMM chose IR tiles over a BLAS call);
@@ -262,68 +198,33 @@ class EmitContext:
         return self._declare(name, ir.FunctionType(ret, args))
 
 
-def _sizeof(ty: ir.Type) -> int:
-    if isinstance(ty, ir.IntType):
-        return max(1, ty.width // 8)
-    return {F16: 2, F32: 4, F64: 8}[ty] if ty in (F16, F32, F64) else _bad(ty)
+# ── operands that a parallel body can re-address ─────────────────────────────
+
+@dataclass(frozen=True)
+class ArenaRef:
+    """An operand at a constant arena offset: it can be re-addressed inside a parallel body."""
+
+    offset: int
 
 
-def _bad(ty):
-    raise TypeError(f"no storage size for {ty}")
+@dataclass(frozen=True)
+class ScratchRef:
+    """An operand at a constant offset of the *shared* scratch (`EmitContext.shared`, where a thunk
+    keeps its intermediates): like `ArenaRef`, it can be re-addressed inside a parallel body.
+    The offset must come from `scratch_alloc` on a context whose `scratch` is its `shared`
+    (the thunk's own context, not a parallel body's per-thread one)."""
+
+    offset: int
 
 
-# ── float conversions shared by every family ────────────────────────────────
-
-def _retype(value: ir.Value, ty: ir.Type) -> ir.Type:
-    return vec(ty, width_of(value))
+Operand = Union[ArenaRef, ScratchRef, ir.Value]  # a GEMM/BLAS operand: a ref or a raw pointer
+MovableRef = (ArenaRef, ScratchRef)  # operands a parallel body can re-derive
 
 
-def bf16_bits_to_f32(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
-    """bf16 bit pattern (i16) → f32: the bits are the top half of the f32 (exact).
-
-    A NaN also gets its quiet bit set, as Rust `half::bf16::to_f32` does.
-    """
-    wide = b.zext(bits, _retype(bits, I32))
-    nan = b.icmp_unsigned(">", b.and_(wide, splat_like(wide, I32, 0x7FFF)), splat_like(wide, I32, 0x7F80))
-    wide = b.select(nan, b.or_(wide, splat_like(wide, I32, 0x40)), wide)
-    return b.bitcast(b.shl(wide, splat_like(wide, I32, 16)), _retype(bits, F32))
-
-
-def f32_to_bf16_bits(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """f32 → bf16 bits, round to nearest even; NaN keeps its top bits and gets the quiet bit.
-
-    Integer trick `(u + 0x7FFF + ((u >> 16) & 1)) >> 16`, exact for all 2^32 inputs (denormals
-    included — `fptrunc → bfloat` would flush them on AVX512-BF16 hardware).
-    """
-    u = b.bitcast(x, _retype(x, I32))
-    lsb = b.and_(b.lshr(u, splat_like(u, I32, 16)), splat_like(u, I32, 1))
-    rounded = b.lshr(b.add(b.add(u, splat_like(u, I32, 0x7FFF)), lsb), splat_like(u, I32, 16))
-    quiet = b.or_(b.lshr(u, splat_like(u, I32, 16)), splat_like(u, I32, 0x40))
-    is_nan = b.icmp_unsigned(">", b.and_(u, splat_like(u, I32, 0x7FFFFFFF)), splat_like(u, I32, 0x7F800000))
-    return b.trunc(b.select(is_nan, quiet, rounded), _retype(x, I16))
-
-
-def widen_to_f32(b: ir.IRBuilder, dtype: DType, raw: ir.Value) -> ir.Value:
-    """A stored float lane (f32/f16/bf16/f64) as f32."""
-    if dtype is DType.F32:
-        return raw
-    if dtype is DType.F16:
-        return b.fpext(raw, _retype(raw, F32))
-    if dtype is DType.BF16:
-        return bf16_bits_to_f32(b, raw)
-    if dtype is DType.F64:
-        return b.fptrunc(raw, _retype(raw, F32))
-    raise TypeError(f"{dtype} is not a float lane")
-
-
-def narrow_from_f32(b: ir.IRBuilder, dtype: DType, x: ir.Value) -> ir.Value:
-    """f32 → stored float lane: f16 by F16C (RNE, exact), bf16 by the RNE bit trick, f64 exact."""
-    if dtype is DType.F32:
-        return x
-    if dtype is DType.F16:
-        return b.fptrunc(x, _retype(x, F16))
-    if dtype is DType.BF16:
-        return f32_to_bf16_bits(b, x)
-    if dtype is DType.F64:
-        return b.fpext(x, _retype(x, F64))
-    raise TypeError(f"{dtype} is not a float lane")
+def pointer(ctx: EmitContext, operand: Operand) -> ir.Value:
+    """The operand's address in `ctx` (refs are re-derived from `ctx.arena` / `ctx.shared`)."""
+    if isinstance(operand, ArenaRef):
+        return ctx.addr(operand.offset)
+    if isinstance(operand, ScratchRef):
+        return ctx.addr(operand.offset, base=ctx.shared)
+    return operand
