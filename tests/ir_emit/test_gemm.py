@@ -21,7 +21,7 @@ from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import HalfKind
 from rlx_llvm.errors import ExecutionError, ValidationError
-from rlx_llvm.ir_emit.gemm import GEMM_MODE_ENV
+from rlx_llvm.ir_emit.gemm import ACCUMULATORS, GEMM_MODE_ENV, PANEL_VECTORS
 from rlx_llvm.kernels.blas import Status
 from rlx_llvm.ops import Activation
 from tests.harness import NAN_FILL as SENTINEL  # every output byte starts as a NaN
@@ -259,7 +259,8 @@ def test_by_default_real_gemms_run_as_ir_tiles() -> None:
     c64 = T.CgemmC64(a=lay.put(lay.normal(4, 8)), b=lay.put(lay.normal(4, 8)), c=lay.slot(128), m=4, k=4, n=4)
     with gemm_mode("auto"):
         prog = rl.compile(rl.ThunkSchedule([t, c64], arena_bytes=lay.nbytes), cache=False)
-    assert '@"rlx.tile.f32.r6.v4"' in prog.llvm_ir(thunk=0) and "rlx_sgemm" not in prog.llvm_ir(thunk=0)
+    rows = ACCUMULATORS[rl.jit.host().lanes(32)] // PANEL_VECTORS  # 6 with AVX-512, 3 with AVX2
+    assert f'@"rlx.tile.f32.r{rows}.v4"' in prog.llvm_ir(thunk=0) and "rlx_sgemm" not in prog.llvm_ir(thunk=0)
     assert 'call void @"rlx_cgemm"(' in prog.llvm_ir(thunk=1)
 
 
