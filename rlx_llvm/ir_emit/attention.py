@@ -9,7 +9,8 @@ docs/lowering-attention.md).
   (stored and summed) and `1/Σ`; the weighted sum `Σ_j p_j·v_j` keeps up to four output vectors
   in registers across the loop over keys.
 * `Rope` — per row and head, NeoX halves as contiguous vectors; GPT-J pairs as `2w`-wide vectors
-  with the half-width table duplicated and the pair swapped by shuffles.
+  with the half-width table duplicated and the pair swapped by shuffles.  `RopeBackward` is the same
+  rotation by −θ (sin negated).
 * `AxialRope2d` — each token's `cos/sin(x·f_c)`, `cos/sin(y·f_c)` are computed once (vector
   sin/cos) into scratch and applied to every head.
 * `FusedSwiGLU` — `up · gate·σ(gate)` with our vector sigmoid.
@@ -23,6 +24,7 @@ from llvmlite import ir
 from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import MaskKind
+from ..thunks.attention import Rope
 from . import vecmath as vm
 from .context import EmitContext
 from .toolkit import (F32, FASTMATH, I1, I32, I64, as_value, carried_loop, const, iadd, imul, lane_ids, load_lanes,
@@ -545,6 +547,28 @@ def _rotate_pairs(b: ir.IRBuilder, x: ir.Value, c: ir.Value, s: ir.Value, w: int
     swapped = b.shuffle_vector(x, x, idx([k ^ 1 for k in range(n)]))
     sign = ir.Constant(ir.VectorType(F32, n), [ir.Constant(F32, -1.0 if k % 2 == 0 else 1.0) for k in range(n)])
     return b.fadd(b.fmul(x, cc), b.fmul(b.fmul(swapped, ss), sign))
+
+
+# ── RopeBackward ────────────────────────────────────────────────────────────
+
+def as_rope(t) -> Rope:
+    """The Rope whose transpose `t` is: dy → dx, contiguous rows, same tables, stride and pairing."""
+    return Rope(src=t.dy, dst=t.dx, cos=t.cos, sin=t.sin, batch=t.batch, seq=t.seq, hidden=t.hidden,
+                head_dim=t.head_dim, n_rot=t.n_rot, cos_len=t.cos_len, cos_row_stride=t.cos_row_stride,
+                src_row_stride=t.hidden, interleaved=t.interleaved)
+
+
+def check_rope_backward(t) -> None:
+    """Rope's rules: `n_rot` even and ≤ head_dim, heads tile `hidden`, tables cover the positions."""
+    check_rope(as_rope(t))
+
+
+@lowering(T.RopeBackward, check=check_rope_backward, inplace=True)
+def rope_backward(ctx: EmitContext, t) -> None:
+    """Rotate every head's first `n_rot` dims by −θ: `dx0 = dy0·c + dy1·s`, `dx1 = dy1·c − dy0·s`; copy the rest."""
+    rows = t.batch * t.seq
+    if rows and t.hidden:
+        parallel_rows(ctx, rows, 8 * t.hidden, lambda sub, s, e: _rope_rows(sub, as_rope(t), s, e, inverse=True))
 
 
 # ── AxialRope2d ─────────────────────────────────────────────────────────────

@@ -1,4 +1,4 @@
-"""Indexing: Gather, GatherAxis, GatherNd, GatherElements, ScatterAdd, ScatterNd, ScatterElements
+"""Indexing: Gather, GatherAxis, GatherNd, GatherElements, ScatterAdd, ScatterNd, ScatterElements, GatherBackward
 (semantics.md §1 "ids as f32", §3.5; docs/lowering-movement.md).
 
 Indices are data, so the generated code bounds-checks every one before it forms an address:
@@ -12,6 +12,7 @@ Indices are data, so the generated code bounds-checks every one before it forms 
   to it.  f32 indices convert with `llvm.fptosi.sat` (truncate, NaN → 0, ±inf saturate).
 
 Every address is therefore inside the thunk's declared slots whatever the index bytes hold.
+`GatherBackward` zeroes `dst`, then adds each `dy` slice ScatterAdd-style per in-range id (Gather's id rule).
 """
 from __future__ import annotations
 
@@ -370,3 +371,21 @@ def scatter_elements(ctx: EmitContext, t) -> None:
         ctx.store(t.dst, combine(ctx, t.reduction, ctx.load(t.dst, F32, target), new), target)
 
     loop_nest(ctx, list(t.indices_shape), body, name="se")
+
+
+# ── GatherBackward ──────────────────────────────────────────────────────────
+
+@lowering(T.GatherBackward)
+def gather_backward(ctx: EmitContext, t) -> None:
+    """`dst = 0; dst[o, row(idx[k]), :] += dy[o, k, :]` in k order; ids Gather skips (≥ axis_dim) are dropped."""
+    zero_bytes(ctx, ctx.addr(t.dst), 4 * t.outer * t.axis_dim * t.trailing)
+    if not (t.outer and t.num_idx and t.trailing and t.axis_dim):
+        return
+    b = ctx.b
+    with ctx.for_range(0, t.num_idx, name="k") as k:
+        r = row_id(ctx, t.indices, k, False)
+        with guarded(ctx, b.icmp_unsigned("<", r, I64(t.axis_dim))):
+            with ctx.for_range(0, t.outer, name="o") as o:
+                to = imul(b, iadd(b, imul(b, o, t.axis_dim), r), t.trailing)
+                frm = imul(b, iadd(b, imul(b, o, t.num_idx), k), t.trailing)
+                scatter_slice(ctx, t.dst, to, t.dy, frm, t.trailing, ScatterNdReduction.Add)

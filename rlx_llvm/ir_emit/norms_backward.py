@@ -1,4 +1,4 @@
-"""Backward kernels of the norms, cumsum, gather and RoPE as native code (semantics.md §3.3, §3.12).
+"""Backward kernels of the norms as native code (semantics.md §3.3, §3.12).
 
 * Row-norm input gradients (LayerNorm, RmsNorm): per row the forward's statistics (`norms.row_stats`,
   LayerNorm's one-pass variance), one pass for `mean(g)` and `mean(g·x̂)` (g = dy·γ, x̂ recomputed),
@@ -6,9 +6,6 @@
 * Gamma/beta gradients reduce over rows: the row statistics go to scratch first (rows split across
   threads), then each W-column vector sums `dy·x̂` (or `dy`) down all rows in an f64 vector
   accumulator — column vectors split across threads, so no sum is ever split.
-* CumsumBackward: the reverse running sum, a forward scan of each reversed W-vector from the end.
-* GatherBackward: zero `dst`, then ScatterAdd's slice add per in-range id (Gather's id rule).
-* RopeBackward: Rope's rotation by −θ (sin negated) with Rope's table rows and pairing.
 * GroupNorm backward: per (batch, group) block the forward's two-pass statistics; the block sums
   and dγ/dβ go channel by channel (vectors over H·W; dγ/dβ in f64, channels split across threads).
 * AdaLayerNorm / GatedResidual backward (packed outputs): the row gradients split by rows (AdaLayerNorm's dx
@@ -25,16 +22,11 @@ from typing import Callable
 from llvmlite import ir
 
 from .. import thunks as T
-from ..ops import ScatterNdReduction
-from ..thunks.attention import Rope
-from .attention import _rope_rows, check_rope
 from .context import EmitContext
-from .toolkit import (F32, F64, FASTMATH, I32, I64, Index, carried_loop, fconst, iadd, imul, splat, sqrt, vec,
-                      width_of, zero_bytes)
-from .indexing import guarded, row_id, scatter_slice
+from .toolkit import (F32, F64, FASTMATH, I64, Index, carried_loop, fconst, iadd, imul, splat, sqrt, vec,
+                      zero_bytes)
 from .norms import (Stats, check_ada_layer_norm, check_gated_residual, check_group_norm, normalized, row_loader,
                     row_stats)
-from .reductions import _broadcast_last, _shift_in
 from ..registry import lowering
 from .rows import SUM, offset_table, parallel_rows, reduce_row, row_offset
 
@@ -182,92 +174,6 @@ def rms_norm_backward_beta(ctx: EmitContext, t) -> None:
     if t.h:
         _column_sums(ctx, t.rows, t.h, t.dbeta,
                      lambda sub, r, j, lanes: sub.load(t.dy, F32, iadd(sub.b, imul(sub.b, r, t.h), j), lanes))
-
-
-# ── CumsumBackward ──────────────────────────────────────────────────────────
-
-def _reversed(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    w = width_of(v)
-    return b.shuffle_vector(v, ir.Constant(v.type, None), ir.Constant(vec(I32, w), [w - 1 - k for k in range(w)]))
-
-
-@lowering(T.CumsumBackward, inplace=True)
-def cumsum_backward(ctx: EmitContext, t) -> None:
-    """`dx[j] = Σ_{k ≥ j} dy[k]` (`k > j` when exclusive), f32 from the row's end: W-vectors taken
-    from the end are reversed, scanned in log₂W shifted adds, offset by the carried total, reversed back."""
-    cols = t.cols
-    if not (t.rows and cols):
-        return
-    w = ctx.lanes
-    blocks, lead = cols // w, cols % w
-
-    def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        b = sub.b
-        zero = fconst(vec(F32, w), 0.0)
-        with sub.for_range(start, stop, name="row") as r:
-            base = imul(b, r, cols)
-
-            def block(k: ir.Value, cur: list) -> list:
-                at = iadd(b, base, b.sub(I64(cols - w), b.mul(k, I64(w))))
-                p, d = _reversed(b, sub.load(t.dy, F32, at, w)), 1
-                while d < w:
-                    p = _f(b, "fadd", p, _shift_in(b, p, d, zero))
-                    d *= 2
-                y = _f(b, "fadd", cur[0], _shift_in(b, p, 1, zero) if t.exclusive else p)
-                sub.store(t.dx, _reversed(b, y), at)
-                return [_f(b, "fadd", cur[0], _broadcast_last(b, p))]
-            carry = ir.Constant(F32, 0.0)
-            if blocks:
-                (cv,) = carried_loop(sub, 0, blocks, 1, [zero], block, name="rscan")
-                carry = b.extract_element(cv, I32(0))
-
-            def head(i: ir.Value, cur: list) -> list:
-                at = iadd(b, base, b.sub(I64(lead - 1), i))
-                nxt = _f(b, "fadd", cur[0], sub.load(t.dy, F32, at))
-                sub.store(t.dx, cur[0] if t.exclusive else nxt, at)
-                return [nxt]
-            carried_loop(sub, 0, lead, 1, [carry], head, name="rscan.head")
-    parallel_rows(ctx, t.rows, 8 * cols, rows)
-
-
-# ── GatherBackward ──────────────────────────────────────────────────────────
-
-@lowering(T.GatherBackward)
-def gather_backward(ctx: EmitContext, t) -> None:
-    """`dst = 0; dst[o, row(idx[k]), :] += dy[o, k, :]` in k order; ids Gather skips (≥ axis_dim) are dropped."""
-    zero_bytes(ctx, ctx.addr(t.dst), 4 * t.outer * t.axis_dim * t.trailing)
-    if not (t.outer and t.num_idx and t.trailing and t.axis_dim):
-        return
-    b = ctx.b
-    with ctx.for_range(0, t.num_idx, name="k") as k:
-        r = row_id(ctx, t.indices, k, False)
-        with guarded(ctx, b.icmp_unsigned("<", r, I64(t.axis_dim))):
-            with ctx.for_range(0, t.outer, name="o") as o:
-                to = imul(b, iadd(b, imul(b, o, t.axis_dim), r), t.trailing)
-                frm = imul(b, iadd(b, imul(b, o, t.num_idx), k), t.trailing)
-                scatter_slice(ctx, t.dst, to, t.dy, frm, t.trailing, ScatterNdReduction.Add)
-
-
-# ── RopeBackward ────────────────────────────────────────────────────────────
-
-def as_rope(t) -> Rope:
-    """The Rope whose transpose `t` is: dy → dx, contiguous rows, same tables, stride and pairing."""
-    return Rope(src=t.dy, dst=t.dx, cos=t.cos, sin=t.sin, batch=t.batch, seq=t.seq, hidden=t.hidden,
-                head_dim=t.head_dim, n_rot=t.n_rot, cos_len=t.cos_len, cos_row_stride=t.cos_row_stride,
-                src_row_stride=t.hidden, interleaved=t.interleaved)
-
-
-def check_rope_backward(t) -> None:
-    """Rope's rules: `n_rot` even and ≤ head_dim, heads tile `hidden`, tables cover the positions."""
-    check_rope(as_rope(t))
-
-
-@lowering(T.RopeBackward, check=check_rope_backward, inplace=True)
-def rope_backward(ctx: EmitContext, t) -> None:
-    """Rotate every head's first `n_rot` dims by −θ: `dx0 = dy0·c + dy1·s`, `dx1 = dy1·c − dy0·s`; copy the rest."""
-    rows = t.batch * t.seq
-    if rows and t.hidden:
-        parallel_rows(ctx, rows, 8 * t.hidden, lambda sub, s, e: _rope_rows(sub, as_rope(t), s, e, inverse=True))
 
 
 # ── BatchNormInference backward ([count, channels], statistics are inputs) ──

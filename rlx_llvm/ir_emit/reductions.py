@@ -1,4 +1,4 @@
-"""Softmax, reductions, scans, selection and histograms (semantics.md §2.6, §3.3, §3.6).
+"""Softmax, reductions, scans (and CumsumBackward), selection and histograms (semantics.md §2.6, §3.3, §3.6).
 
 Every kernel is an explicit vector loop.  Layout `[outer, reduced, inner]`: with `inner == 1` a
 row is contiguous and is reduced with several `<W x T>` accumulators (`rows.reduce_row`); with
@@ -6,6 +6,7 @@ row is contiguous and is reduced with several `<W x T>` accumulators (`rows.redu
 reduced axis is one contiguous vector load (never a strided scalar walk).  Max/Min ignore NaN
 (Rust `f32::max/min`), sums reassociate across lanes (as RLX's SIMD paths do).  Work splits
 across rlx_llvm's threads by rows (or row × position blocks) when there is enough of it.
+CumsumBackward is the reverse running sum: a forward scan of each reversed W-vector from the end.
 """
 from __future__ import annotations
 
@@ -572,6 +573,52 @@ def emit_scan(ctx: EmitContext, t, elem: ir.Type, kind: str, identity: float) ->
                 return [nxt]
             carried_loop(sub, vec_end, t.cols, 1, [carry], tail, name="scan.tail")
     parallel_rows(ctx, t.rows, 2 * size * t.cols, rows)
+
+
+# ── CumsumBackward ──────────────────────────────────────────────────────────
+
+def _reversed(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    w = width_of(v)
+    return b.shuffle_vector(v, ir.Constant(v.type, None), ir.Constant(vec(I32, w), [w - 1 - k for k in range(w)]))
+
+
+@lowering(T.CumsumBackward, inplace=True)
+def cumsum_backward(ctx: EmitContext, t) -> None:
+    """`dx[j] = Σ_{k ≥ j} dy[k]` (`k > j` when exclusive), f32 from the row's end: W-vectors taken
+    from the end are reversed, scanned in log₂W shifted adds, offset by the carried total, reversed back."""
+    cols = t.cols
+    if not (t.rows and cols):
+        return
+    w = ctx.lanes
+    blocks, lead = cols // w, cols % w
+
+    def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        b = sub.b
+        zero = fconst(vec(F32, w), 0.0)
+        with sub.for_range(start, stop, name="row") as r:
+            base = imul(b, r, cols)
+
+            def block(k: ir.Value, cur: list) -> list:
+                at = iadd(b, base, b.sub(I64(cols - w), b.mul(k, I64(w))))
+                p, d = _reversed(b, sub.load(t.dy, F32, at, w)), 1
+                while d < w:
+                    p = b.fadd(p, _shift_in(b, p, d, zero), flags=FASTMATH)
+                    d *= 2
+                y = b.fadd(cur[0], _shift_in(b, p, 1, zero) if t.exclusive else p, flags=FASTMATH)
+                sub.store(t.dx, _reversed(b, y), at)
+                return [b.fadd(cur[0], _broadcast_last(b, p), flags=FASTMATH)]
+            carry = ir.Constant(F32, 0.0)
+            if blocks:
+                (cv,) = carried_loop(sub, 0, blocks, 1, [zero], block, name="rscan")
+                carry = b.extract_element(cv, I32(0))
+
+            def head(i: ir.Value, cur: list) -> list:
+                at = iadd(b, base, b.sub(I64(lead - 1), i))
+                nxt = b.fadd(cur[0], sub.load(t.dy, F32, at), flags=FASTMATH)
+                sub.store(t.dx, cur[0] if t.exclusive else nxt, at)
+                return [nxt]
+            carried_loop(sub, 0, lead, 1, [carry], head, name="rscan.head")
+    parallel_rows(ctx, t.rows, 8 * cols, rows)
 
 
 # ── Histogram ───────────────────────────────────────────────────────────────

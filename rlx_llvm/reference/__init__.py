@@ -14,34 +14,51 @@ from typing import Callable
 
 import numpy as np
 
-REFERENCES: dict[str, Callable] = {}
+from .. import thunks as T
+from ..thunks import ALL_THUNKS, Thunk
 
-FAMILIES = ("region", "casts", "elementwise", "movement", "indexing", "norms", "reductions", "losses", "gemm", "linalg", "attention", "fused_layers", "activation_backward", "conv", "norms_backward")
+# `fn(arena: np.ndarray[uint8], thunk)` by thunk class, like the lowering registry.
+REFERENCES: dict[type[Thunk], Callable] = {}
+
+# Every module that registers references, in import order.
+FAMILIES = tuple(f"{__name__}.{name}" for name in (
+    "region", "casts", "elementwise", "movement", "indexing", "norms", "reductions", "losses", "gemm", "linalg",
+    "attention", "fused_layers", "activation_backward", "conv", "norms_backward",
+))
 
 
-def reference(*kinds: str) -> Callable:
-    """Decorator: register a NumPy implementation for thunk kinds."""
+def _thunk_class(cls: object) -> type[Thunk]:
+    """The thunk class itself; anything else (a name, a stray class) is refused."""
+    if isinstance(cls, type) and ALL_THUNKS.get(cls.__name__) is cls:
+        return cls
+    raise TypeError(f"references are registered for thunk classes (rlx_llvm.thunks), not {cls!r}")
+
+
+def reference(*classes: type[Thunk]) -> Callable:
+    """Decorator: register a NumPy implementation for thunk classes (`@reference(T.Sgemm)`)."""
+    if not classes:
+        raise TypeError("name at least one thunk class")
+    checked = [_thunk_class(c) for c in classes]
+
     def deco(fn: Callable) -> Callable:
-        for k in kinds:
-            REFERENCES[k] = fn
+        for cls in checked:
+            if cls in REFERENCES:
+                raise RuntimeError(f"{cls.__name__} has two references")
+            REFERENCES[cls] = fn
         return fn
     return deco
 
 
 def load_all() -> None:
-    """Import every reference family module."""
+    """Import every reference family module (each registers its references)."""
     for name in FAMILIES:
-        try:
-            importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:  # a family not written yet
-            if exc.name != f"{__name__}.{name}":
-                raise
+        importlib.import_module(name)
 
 
-def run_thunk(arena: np.ndarray, thunk) -> None:
+def run_thunk(arena: np.ndarray, thunk: Thunk) -> None:
     """Execute one thunk with its NumPy reference."""
     load_all()
-    fn = REFERENCES.get(type(thunk).__name__)
+    fn = REFERENCES.get(type(thunk))
     if fn is None:
         raise NotImplementedError(f"no NumPy reference for {type(thunk).__name__}")
     fn(arena, thunk)
@@ -51,8 +68,7 @@ def run(schedule, arena) -> None:
     """Execute a whole schedule with the NumPy references, in order, on `arena`."""
     buf = arena.bytes if hasattr(arena, "bytes") else arena
     for t in schedule.thunks:
-        if type(t).__name__ != "Nop":
-            run_thunk(buf, t)
+        run_thunk(buf, t)
 
 
 def view(arena: np.ndarray, offset: int, dtype, count: int) -> np.ndarray:
@@ -61,6 +77,16 @@ def view(arena: np.ndarray, offset: int, dtype, count: int) -> np.ndarray:
     return arena[offset:offset + count * dt.itemsize].view(dt)
 
 
-@reference("Nop")
+def read_f64(arena: np.ndarray, offset: int, count: int) -> np.ndarray:
+    """`count` f32 elements at byte `offset`, as a float64 copy."""
+    return view(arena, offset, np.float32, count).astype(np.float64)
+
+
+def write_f32(arena: np.ndarray, offset: int, values: np.ndarray) -> None:
+    """Round `values` to f32 and store them, flattened, at byte `offset`."""
+    view(arena, offset, np.float32, values.size)[:] = values.reshape(-1).astype(np.float32)
+
+
+@reference(T.Nop)
 def nop(arena: np.ndarray, t) -> None:
     """Nothing."""

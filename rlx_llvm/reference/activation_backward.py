@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
+from .. import thunks as T
 from ..ops import Activation
 from . import reference, view
 
@@ -120,14 +121,14 @@ def _views(arena: np.ndarray, t):
             view(arena, t.dx, dt, t.len))
 
 
-@reference("ReluBackward", "ReluBackwardF64")
+@reference(T.ReluBackward, T.ReluBackwardF64)
 def relu_backward(arena: np.ndarray, t) -> None:
     """dx = dy where x > 0, else +0."""
     x, dy, dx = _views(arena, t)
     dx[:] = np.where(x > 0, dy, dy.dtype.type(0.0))
 
 
-@reference("ActivationBackward", "ActivationBackwardF64")
+@reference(T.ActivationBackward, T.ActivationBackwardF64)
 def activation_backward(arena: np.ndarray, t) -> None:
     """dx = kind'(x)·dy: f'(x) rounded to the element type, then one rounded multiply (as the kernel)."""
     x, dy, dx = _views(arena, t)

@@ -1,4 +1,4 @@
-"""NumPy float64 references of Attention, Rope, AxialRope2d and FusedSwiGLU (semantics.md §2.7, §3.4).
+"""NumPy float64 references of Attention, Rope (and RopeBackward), AxialRope2d and FusedSwiGLU (semantics.md §2.7, §3.4).
 
 Inputs are read as f32 and everything is computed in float64, rounded to f32 once at the end.
 Attention uses the schedule defaults for the Custom mask (`mask < 0.5` → score `-1e9`), the
@@ -10,29 +10,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import thunks as T
 from ..ops import MaskKind
 from ..thunks.base import strided
-from . import reference, view
+from . import read_f64, reference, view, write_f32
 
 MASK_THRESHOLD = 0.5
 MASK_NEG_INF = -1e9
-
-
-def _f64(arena: np.ndarray, off: int, count: int) -> np.ndarray:
-    return view(arena, off, np.float32, count).astype(np.float64)
 
 
 def _heads(arena, off: int, t, seq: int, heads: int, dim: int, row_stride: int) -> np.ndarray:
     """Operand as float64 `[batch, heads, seq, dim]`."""
     bs = t.batch
     if t.bhsd:
-        return _f64(arena, off, bs * heads * seq * dim).reshape(bs, heads, seq, dim)
-    flat = _f64(arena, off, strided(bs * seq, row_stride, heads * dim))
+        return read_f64(arena, off, bs * heads * seq * dim).reshape(bs, heads, seq, dim)
+    flat = read_f64(arena, off, strided(bs * seq, row_stride, heads * dim))
     rows = np.arange(bs * seq)[:, None] * row_stride + np.arange(heads * dim)[None, :]
     return flat[rows].reshape(bs, seq, heads, dim).transpose(0, 2, 1, 3)
 
 
-@reference("Attention")
+@reference(T.Attention)
 def attention(arena: np.ndarray, t) -> None:
     """`softmax(mask(softcap(q·kᵀ·scale)))·v` per (batch, head)."""
     bs, s, kv, h, kvh = t.batch, t.seq, t.kv_seq, t.heads, t.kv_heads
@@ -56,10 +53,10 @@ def attention(arena: np.ndarray, t) -> None:
         sc = cap * np.tanh(sc / cap)
     kind = t.mask_kind
     if kind == MaskKind.Custom:
-        m = _f64(arena, t.mask, bs * kv).reshape(bs, 1, 1, kv)
+        m = read_f64(arena, t.mask, bs * kv).reshape(bs, 1, 1, kv)
         sc = np.where(m < MASK_THRESHOLD, MASK_NEG_INF, sc)
     elif kind == MaskKind.Bias:
-        sc = sc + _f64(arena, t.mask, bs * h * s * kv).reshape(bs, h, s, kv)
+        sc = sc + read_f64(arena, t.mask, bs * h * s * kv).reshape(bs, h, s, kv)
     if kind == MaskKind.Causal or isinstance(kind, MaskKind.SlidingWindow):
         a = (kv - s) + np.arange(s)[:, None]
         kj = np.arange(kv)[None, :]
@@ -82,18 +79,18 @@ def rope_table_rows(t) -> np.ndarray:
     return rows if per_token else rows % t.seq
 
 
-@reference("Rope")
+@reference(T.Rope)
 def rope(arena: np.ndarray, t) -> None:
     """NeoX halves or GPT-J pairs over the first `n_rot` dims of each head; the rest copied."""
     n, hd, r = t.batch * t.seq, t.head_dim, t.n_rot // 2
     if n * t.hidden == 0:
         return
-    flat = _f64(arena, t.src, strided(n, t.src_row_stride, t.hidden))
+    flat = read_f64(arena, t.src, strided(n, t.src_row_stride, t.hidden))
     idx = np.arange(n)[:, None] * t.src_row_stride + np.arange(t.hidden)[None, :]
     x = flat[idx].reshape(n, t.hidden // hd, hd)
     y = x.copy()
     if r:
-        cos, sin = _f64(arena, t.cos, t.cos_len), _f64(arena, t.sin, t.cos_len)
+        cos, sin = read_f64(arena, t.cos, t.cos_len), read_f64(arena, t.sin, t.cos_len)
         tab = rope_table_rows(t)[:, None] * t.cos_row_stride + np.arange(r)[None, :]
         c, s = cos[tab][:, None, :], sin[tab][:, None, :]
         if t.interleaved:
@@ -107,7 +104,7 @@ def rope(arena: np.ndarray, t) -> None:
     view(arena, t.dst, np.float32, n * t.hidden)[:] = y.reshape(-1).astype(np.float32)
 
 
-@reference("AxialRope2d")
+@reference(T.AxialRope2d)
 def axial_rope_2d(arena: np.ndarray, t) -> None:
     """First-half pairs rotated by `x·f_c`, second-half pairs by `y·f_c` (f_c, angles in f32)."""
     n, hd = t.batch * t.seq, t.head_dim
@@ -118,7 +115,7 @@ def axial_rope_2d(arena: np.ndarray, t) -> None:
     f = np.array([np.float32(1.0 / (float(theta) ** (4.0 * c / hd))) for c in range(q4)], dtype=np.float32)
     pos = (np.arange(n) % t.seq) // t.repeat_factor
     px, py = (pos % t.end_x).astype(np.float32), (pos // t.end_x).astype(np.float32)
-    x = _f64(arena, t.src, n * t.hidden).reshape(n, t.num_heads, hd)
+    x = read_f64(arena, t.src, n * t.hidden).reshape(n, t.num_heads, hd)
     y = x.copy()
     for half, p in ((0, px), (1, py)):
         ang = (p[:, None] * f[None, :]).astype(np.float64)[:, None, :]  # f32 product, as in-kernel
@@ -130,15 +127,34 @@ def axial_rope_2d(arena: np.ndarray, t) -> None:
     view(arena, t.dst, np.float32, n * t.hidden)[:] = y.reshape(-1).astype(np.float32)
 
 
-@reference("FusedSwiGLU")
+@reference(T.FusedSwiGLU)
 def fused_swiglu(arena: np.ndarray, t) -> None:
     """`up · gate/(1 + e^−gate)` per row of `[up ‖ gate]` (swapped with `gate_first`)."""
     if t.total == 0:
         return
     n = t.n_half
     rows = t.total // n
-    x = _f64(arena, t.src, 2 * t.total).reshape(rows, 2, n)
+    x = read_f64(arena, t.src, 2 * t.total).reshape(rows, 2, n)
     up, gate = (x[:, 1], x[:, 0]) if t.gate_first else (x[:, 0], x[:, 1])
     with np.errstate(all="ignore"):
         out = up * gate / (1.0 + np.exp(-gate))
     view(arena, t.dst, np.float32, t.total)[:] = out.reshape(-1).astype(np.float32)
+
+
+@reference(T.RopeBackward)
+def rope_backward(arena: np.ndarray, t) -> None:
+    """The transpose of Rope: the same pairs rotated by −θ (`dx0 = dy0·c + dy1·s`, `dx1 = dy1·c − dy0·s`)."""
+    n, hd, r = t.batch * t.seq, t.head_dim, t.n_rot // 2
+    if n * t.hidden == 0:
+        return
+    dy = read_f64(arena, t.dy, n * t.hidden).reshape(n, t.hidden // hd, hd)
+    dx = dy.copy()
+    if r:
+        cos, sin = read_f64(arena, t.cos, t.cos_len), read_f64(arena, t.sin, t.cos_len)
+        tab = rope_table_rows(t)[:, None] * t.cos_row_stride + np.arange(r)[None, :]
+        c, s = cos[tab][:, None, :], sin[tab][:, None, :]
+        first, second = (slice(0, 2 * r, 2), slice(1, 2 * r, 2)) if t.interleaved else (slice(0, r), slice(r, 2 * r))
+        y0, y1 = dy[..., first], dy[..., second]
+        dx[..., first] = y0 * c + y1 * s
+        dx[..., second] = y1 * c - y0 * s
+    write_f32(arena, t.dx, dx)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import thunks as T
 from ..dtypes import DType
 from . import reference, view
 
@@ -270,21 +271,21 @@ def round_half(values: np.ndarray, bf16: bool) -> np.ndarray:
 
 # ── the thunks ───────────────────────────────────────────────────────────────
 
-@reference(*COPY_ITEMSIZE)
+@reference(*(T.ALL_THUNKS[kind] for kind in COPY_ITEMSIZE))
 def copy(arena: np.ndarray, t) -> None:
     """Copy `len` elements of 4 or 8 bytes."""
     n = t.len * COPY_ITEMSIZE[type(t).__name__]
     arena[t.dst:t.dst + n] = arena[t.src:t.src + n].copy()
 
 
-@reference(*CAST_DTYPES, "CastGeneric")
+@reference(*(T.ALL_THUNKS[kind] for kind in CAST_DTYPES), T.CastGeneric)
 def cast_thunk(arena: np.ndarray, t) -> None:
     """Any Cast kind: convert `len` elements from the source to the destination dtype."""
     src, dst = CAST_DTYPES.get(type(t).__name__) or (t.src_dtype, t.dst_dtype)
     store(arena, dst, t.dst, cast(src, dst, load(arena, src, t.src, t.len).copy()))
 
 
-@reference("RoundHalf")
+@reference(T.RoundHalf)
 def round_half_thunk(arena: np.ndarray, t) -> None:
     """Round f32 values to half precision, keeping f32 storage."""
     store(arena, DType.F32, t.dst, round_half(load(arena, DType.F32, t.src, t.len).copy(), t.bf16))

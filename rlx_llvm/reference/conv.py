@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import thunks as T
 from ..ops import ReduceOp
 from . import reference, view
 
@@ -40,7 +41,7 @@ def _taps(x: np.ndarray, size, out, k, s, p, dil, fill: float):
         yield tap, xp[(Ellipsis, *sl)], mask
 
 
-@reference("Pool2D", "Pool3D")
+@reference(T.Pool2D, T.Pool3D)
 def pool(arena: np.ndarray, t) -> None:
     """Max (NaN propagates, all-padding window −inf) or Mean (÷ kernel volume) pooling."""
     size, out, k, s, p, dil = _dims(t, conv=False)
@@ -60,7 +61,7 @@ def pool(arena: np.ndarray, t) -> None:
     view(arena, t.dst, np.float32, acc.size)[:] = acc.reshape(-1).astype(np.float32)
 
 
-@reference("Conv2D", "Conv3d")
+@reference(T.Conv2D, T.Conv3d)
 def conv(arena: np.ndarray, t) -> None:
     """Grouped convolution, weight `[c_out, c_in/groups, k…]`, out-of-range taps skipped."""
     size, out, k, s, p, dil = _dims(t, conv=True)
@@ -117,19 +118,19 @@ def _run_transpose(arena, src, weight, dst, n, cin, cout, groups, dims) -> None:
     view(arena, dst, np.float32, y.size)[:] = y.reshape(-1).astype(np.float32)
 
 
-@reference("ConvTranspose2d", "ConvTranspose3d")
+@reference(T.ConvTranspose2d, T.ConvTranspose3d)
 def conv_transpose(arena: np.ndarray, t) -> None:
     """Weight `[c_in, c_out/groups, k…]`; output zeroed, then every nonzero input scattered."""
     _run_transpose(arena, t.src, t.weight, t.dst, t.n, t.c_in, t.c_out, t.groups, _tdims(t, False))
 
 
-@reference("Conv2dBackwardInput", "Conv3dBackwardInput")
+@reference(T.Conv2dBackwardInput, T.Conv3dBackwardInput)
 def conv_backward_input(arena: np.ndarray, t) -> None:
     """`dx = conv_transpose(dy, w)` with the forward geometry (w `[c_out, c_in/groups, k…]`)."""
     _run_transpose(arena, t.dy, t.w, t.dx, t.n, t.c_out, t.c_in, t.groups, _tdims(t, True))
 
 
-@reference("MaxPool2dBackward", "MaxPool3dBackward")
+@reference(T.MaxPool2dBackward, T.MaxPool3dBackward)
 def max_pool_backward(arena: np.ndarray, t) -> None:
     """dx zeroed; each dy added at the first arg-max of its window (the forward Max rule made
     first-wins for NaN: a NaN routes to the first NaN); an all-padding window routes nowhere."""
@@ -155,7 +156,7 @@ def max_pool_backward(arena: np.ndarray, t) -> None:
     view(arena, t.dx, np.float32, dx.size)[:] = dx.reshape(-1).astype(np.float32)
 
 
-@reference("Conv2dBackwardWeight", "Conv3dBackwardWeight")
+@reference(T.Conv2dBackwardWeight, T.Conv3dBackwardWeight)
 def conv_backward_weight(arena: np.ndarray, t) -> None:
     """`dw[g, co, c, tap] = Σ_{n, out} dy·x` over the outputs whose tap is inside the input (padded taps skipped)."""
     size, out, k, s, p, dil = _dims(t, conv=True, w_dilation="dw_dil")

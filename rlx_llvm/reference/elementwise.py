@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .. import thunks as T
 from . import elementmath as em
 from . import reference, view
 
@@ -65,7 +66,7 @@ def store_c64(arena: np.ndarray, offset: int, re: np.ndarray, im: np.ndarray) ->
 
 # ── BinaryFull family, BiasAdd ──────────────────────────────────────────────
 
-@reference("BinaryFull")
+@reference(T.BinaryFull)
 def binary_full(arena: np.ndarray, t) -> None:
     """f32 (elem_bytes 4) or i64 (elem_bytes 8) binary with broadcast."""
     li, ri = binary_indices(t)
@@ -78,7 +79,7 @@ def binary_full(arena: np.ndarray, t) -> None:
     view(arena, t.dst, dtype, t.len)[:] = result
 
 
-@reference("BinaryFullF64")
+@reference(T.BinaryFullF64)
 def binary_full_f64(arena: np.ndarray, t) -> None:
     """f64 binary with broadcast."""
     li, ri = binary_indices(t)
@@ -90,7 +91,7 @@ def binary_full_f64(arena: np.ndarray, t) -> None:
     view(arena, t.dst, np.float64, t.len)[:] = result
 
 
-@reference("BinaryFullC64")
+@reference(T.BinaryFullC64)
 def binary_full_c64(arena: np.ndarray, t) -> None:
     """Complex binary with broadcast (indices count complex elements)."""
     li, ri = binary_indices(t)
@@ -101,7 +102,7 @@ def binary_full_c64(arena: np.ndarray, t) -> None:
     store_c64(arena, t.dst, np.asarray(re, np.float32), np.asarray(im, np.float32))
 
 
-@reference("BiasAdd")
+@reference(T.BiasAdd)
 def bias_add(arena: np.ndarray, t) -> None:
     """dst[r, j] = src[r, j] + bias[j]."""
     src = view(arena, t.src, np.float32, t.m * t.n).reshape(t.m, t.n)
@@ -112,7 +113,7 @@ def bias_add(arena: np.ndarray, t) -> None:
 
 # ── activations ─────────────────────────────────────────────────────────────
 
-@reference("ActivationInPlace")
+@reference(T.ActivationInPlace)
 def activation_in_place(arena: np.ndarray, t) -> None:
     """data = act(data) in f32 (standalone: Gelu is the erf form)."""
     data = view(arena, t.data, np.float32, t.len)
@@ -120,7 +121,7 @@ def activation_in_place(arena: np.ndarray, t) -> None:
         data[:] = em.activation(t.act, data.copy(), region=False)
 
 
-@reference("ActivationF64")
+@reference(T.ActivationF64)
 def activation_f64(arena: np.ndarray, t) -> None:
     """dst = kind(src) in f64."""
     src = view(arena, t.src, np.float64, t.len).copy()
@@ -128,7 +129,7 @@ def activation_f64(arena: np.ndarray, t) -> None:
         view(arena, t.dst, np.float64, t.len)[:] = em.activation_f64(t.kind, src)
 
 
-@reference("ActivationC64")
+@reference(T.ActivationC64)
 def activation_c64(arena: np.ndarray, t) -> None:
     """dst = kind(src) on complex elements (Neg, Exp, Log, Sqrt)."""
     idx = np.arange(t.len)
@@ -146,7 +147,7 @@ def _compare_dtype(t):
     return np.uint8 if t.inputs_elem_bytes == 1 else np.float32
 
 
-@reference("Compare")
+@reference(T.Compare)
 def compare(arena: np.ndarray, t) -> None:
     """out = (L op R) ? 1 : 0, stored as Bool (1 byte) or f32."""
     n = t.len
@@ -164,7 +165,7 @@ def compare(arena: np.ndarray, t) -> None:
     view(arena, t.dst, out_dtype, n)[:] = np.asarray(hit, dtype=bool).astype(out_dtype)
 
 
-@reference("Where")
+@reference(T.Where)
 def where(arena: np.ndarray, t) -> None:
     """out = cond != 0 ? on_true : on_false (a NaN f32 condition is true); data copied bit-exactly."""
     n = t.len
@@ -226,7 +227,7 @@ def fma_f64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
                     dtype=np.float64)
 
 
-@reference("Fma")
+@reference(T.Fma)
 def fma(arena: np.ndarray, t) -> None:
     """dst = a·b + c with one rounding (f32 or f64)."""
     dtype = np.float64 if t.elem_bytes == 8 else np.float32
@@ -235,7 +236,7 @@ def fma(arena: np.ndarray, t) -> None:
     view(arena, t.dst, dtype, t.len)[:] = result
 
 
-@reference("SgdMomentum")
+@reference(T.SgdMomentum)
 def sgd_momentum(arena: np.ndarray, t) -> None:
     """v' = mom·v + g; p' = p − lr·v' in f32, each operation rounded."""
     p, v, g = (view(arena, off, np.float32, t.len).copy() for off in (t.param, t.vel, t.grad))
@@ -248,7 +249,7 @@ def sgd_momentum(arena: np.ndarray, t) -> None:
 
 # ── complex helpers ─────────────────────────────────────────────────────────
 
-@reference("ComplexNormSqF32")
+@reference(T.ComplexNormSqF32)
 def complex_norm_sq_f32(arena: np.ndarray, t) -> None:
     """dst = re² + im²."""
     re, im = gather_c64(arena, t.src, np.arange(t.len))
@@ -256,7 +257,7 @@ def complex_norm_sq_f32(arena: np.ndarray, t) -> None:
         view(arena, t.dst, np.float32, t.len)[:] = re * re + im * im
 
 
-@reference("ComplexNormSqBackwardF32")
+@reference(T.ComplexNormSqBackwardF32)
 def complex_norm_sq_backward_f32(arena: np.ndarray, t) -> None:
     """dz = g·z."""
     re, im = gather_c64(arena, t.z, np.arange(t.len))
@@ -265,7 +266,7 @@ def complex_norm_sq_backward_f32(arena: np.ndarray, t) -> None:
         store_c64(arena, t.dz, g * re, g * im)
 
 
-@reference("ConjugateC64")
+@reference(T.ConjugateC64)
 def conjugate_c64(arena: np.ndarray, t) -> None:
     """dst = (re, −im)."""
     re, im = gather_c64(arena, t.src, np.arange(t.len))
@@ -274,7 +275,7 @@ def conjugate_c64(arena: np.ndarray, t) -> None:
 
 # ── SplineActivation ────────────────────────────────────────────────────────
 
-@reference("SplineActivation")
+@reference(T.SplineActivation)
 def spline_activation(arena: np.ndarray, t) -> None:
     """`y[r, c] = Σ_g coeff[c, g]·exp(−((x − center_g)·inv_h)²)`: the grid (`step`, `center_g = gmin + g·step`,
     `inv_h = 1/step`) in f32 as the kernel forms it, the rest in float64, rounded to f32 once."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import erf
 
+from .. import thunks as T
 from ..ops import MaskKind
 from ..thunks.attention import mask_elems
 from . import reference, view
@@ -73,7 +74,7 @@ def layer_norm(v: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.nd
     return normalize_rows(v, eps, center=True, two_pass=False) * g + b
 
 
-@reference("FusedAttnBlock")
+@reference(T.FusedAttnBlock)
 def fused_attn_block(arena: np.ndarray, t) -> None:
     m, hs = t.batch * t.seq, t.hs
     out = view(arena, t.out, np.float32, m * t.out_dim)
@@ -92,7 +93,7 @@ def fused_attn_block(arena: np.ndarray, t) -> None:
     out[:] = y.reshape(-1).astype(np.float32)
 
 
-@reference("FusedBertLayer")
+@reference(T.FusedBertLayer)
 def fused_bert_layer(arena: np.ndarray, t) -> None:
     m, hs, inter = t.batch * t.seq, t.hs, t.int_dim
     out = view(arena, t.out, np.float32, m * hs)
@@ -109,7 +110,7 @@ def fused_bert_layer(arena: np.ndarray, t) -> None:
     out[:] = layer_norm(r2, vec(t.ln2_g, hs), vec(t.ln2_b, hs), t.eps2).reshape(-1).astype(np.float32)
 
 
-@reference("FusedNomicLayer")
+@reference(T.FusedNomicLayer)
 def fused_nomic_layer(arena: np.ndarray, t) -> None:
     m, hs, inter = t.batch * t.seq, t.hs, t.int_dim
     out = view(arena, t.out, np.float32, m * hs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import thunks as T
 from ..dtypes import HalfKind
 from . import reference, view
 from .halves import bf16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
@@ -43,13 +44,13 @@ def put_half(arena: np.ndarray, offset: int, value: np.ndarray, kind: HalfKind) 
     view(arena, offset, np.uint16, bits.size)[:] = bits
 
 
-@reference("Sgemm")
+@reference(T.Sgemm)
 def sgemm(arena: np.ndarray, t) -> None:
     """`C = A·B`."""
     put(arena, t.c, matrix(arena, t.a, t.m, t.k) @ matrix(arena, t.b, t.k, t.n))
 
 
-@reference("SgemmT")
+@reference(T.SgemmT)
 def sgemm_t(arena: np.ndarray, t) -> None:
     """`C = op(A)·op(B)`; a transposed operand is stored `[k, m]` / `[n, k]`."""
     a = matrix(arena, t.a, t.k, t.m).T if t.ta else matrix(arena, t.a, t.m, t.k)
@@ -57,21 +58,21 @@ def sgemm_t(arena: np.ndarray, t) -> None:
     put(arena, t.c, a @ b)
 
 
-@reference("Dgemm")
+@reference(T.Dgemm)
 def dgemm(arena: np.ndarray, t) -> None:
     """`C = A·B` in f64."""
     put(arena, t.c, matrix(arena, t.a, t.m, t.k, np.float64) @ matrix(arena, t.b, t.k, t.n, np.float64),
         np.float64)
 
 
-@reference("CgemmC64")
+@reference(T.CgemmC64)
 def cgemm_c64(arena: np.ndarray, t) -> None:
     """`C = A·B` on interleaved complex64."""
     put(arena, t.c, matrix(arena, t.a, t.m, t.k, np.complex64) @ matrix(arena, t.b, t.k, t.n, np.complex64),
         np.complex64)
 
 
-@reference("BatchedSgemm", "BatchedDgemmF64")
+@reference(T.BatchedSgemm, T.BatchedDgemmF64)
 def batched_gemm(arena: np.ndarray, t) -> None:
     """Per batch `C[i] = A[i]·B[i]`; a broadcast operand reuses matrix 0."""
     dt = np.float64 if type(t).__name__ == "BatchedDgemmF64" else np.float32
@@ -82,7 +83,7 @@ def batched_gemm(arena: np.ndarray, t) -> None:
         put(arena, t.c + i * t.m * t.n * size, a @ b, dt)
 
 
-@reference("SgemmBf16", "SgemmF16", "SgemmHalf")
+@reference(T.SgemmBf16, T.SgemmF16, T.SgemmHalf)
 def sgemm_half(arena: np.ndarray, t) -> None:
     """`C = A·B` with packed half operands widened and a packed C rounded RNE."""
     kinds = {"SgemmBf16": (HalfKind.F32, HalfKind.Bf16, HalfKind.F32),
@@ -92,7 +93,7 @@ def sgemm_half(arena: np.ndarray, t) -> None:
     put_half(arena, t.c, c, ck)
 
 
-@reference("FusedMmBiasAct")
+@reference(T.FusedMmBiasAct)
 def fused_mm_bias_act(arena: np.ndarray, t) -> None:
     """`C = act(A·W + bias)` — the f32 activation formulas, erf-form Gelu."""
     c = (matrix(arena, t.a, t.m, t.k) @ matrix(arena, t.w, t.k, t.n)).astype(np.float32)
@@ -103,7 +104,7 @@ def fused_mm_bias_act(arena: np.ndarray, t) -> None:
     put(arena, t.c, c)
 
 
-@reference("LoraMatMul")
+@reference(T.LoraMatMul)
 def lora_mat_mul(arena: np.ndarray, t) -> None:
     """`out = X·W + scale·(X·A)·B`."""
     x = matrix(arena, t.x, t.m, t.k)
@@ -113,7 +114,7 @@ def lora_mat_mul(arena: np.ndarray, t) -> None:
     put(arena, t.dst, out)
 
 
-@reference("Conv2D1x1")
+@reference(T.Conv2D1x1)
 def conv2d_1x1(arena: np.ndarray, t) -> None:
     """Per image `out[c_out, hw] = W[c_out, c_in]·X[c_in, hw]`."""
     w = matrix(arena, t.weight, t.c_out, t.c_in)
@@ -128,7 +129,7 @@ def expert_ids(arena: np.ndarray, offset: int, m: int) -> np.ndarray:
     return np.trunc(np.nan_to_num(np.maximum(ids, 0.0), nan=0.0, posinf=2.0**63)).astype(np.uint64)
 
 
-@reference("GroupedMatMul")
+@reference(T.GroupedMatMul)
 def grouped_mat_mul(arena: np.ndarray, t) -> None:
     """`out[i] = input[i]·W[idx[i]]`, W `[E, K, N]` (or `[E, N, K]` when `w_transposed`)."""
     ids = expert_ids(arena, t.expert_idx, t.m)
@@ -143,7 +144,7 @@ def grouped_mat_mul(arena: np.ndarray, t) -> None:
     put(arena, t.dst, out)
 
 
-@reference("SynthMatMul")
+@reference(T.SynthMatMul)
 def synth_mat_mul(arena: np.ndarray, t) -> None:
     """`out = X·W`, `W[p, j] = codebook[indices[j, p // d], p % d]`."""
     groups = t.k // t.entry_dim if t.entry_dim else 0

@@ -1,4 +1,4 @@
-"""NumPy references of the indexing thunks (semantics.md §1, §3.5; docs/lowering-movement.md).
+"""NumPy references of the indexing thunks and GatherBackward (semantics.md §1, §3.5; docs/lowering-movement.md).
 
 Index rules, written from the documentation rather than from the emitter:
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import thunks as T
 from ..ops import ScatterNdReduction
 from . import reference, view
 from .movement import elements
@@ -49,7 +50,7 @@ def onnx_indices(values: np.ndarray, dim: int) -> np.ndarray:
     return np.clip(v, 0, dim - 1).astype(np.int64)
 
 
-@reference("Gather")
+@reference(T.Gather)
 def gather(arena: np.ndarray, t) -> None:
     """`dst[i] = table[row(idx[i])]` for in-range rows; other rows untouched."""
     if not t.trailing or not t.num_idx:
@@ -62,7 +63,7 @@ def gather(arena: np.ndarray, t) -> None:
     out[hit] = table[ids[hit]]
 
 
-@reference("GatherAxis")
+@reference(T.GatherAxis)
 def gather_axis(arena: np.ndarray, t) -> None:
     """`dst[o, k] = table[o, row(idx[k])]` for in-range rows; other rows untouched."""
     if not (t.outer and t.num_idx and t.trailing):
@@ -96,7 +97,7 @@ def nd_offsets(idx: np.ndarray, tuples: int, k: int, dims, strides) -> np.ndarra
     return off
 
 
-@reference("GatherNd")
+@reference(T.GatherNd)
 def gather_nd(arena: np.ndarray, t) -> None:
     """ONNX GatherND on f32 data (empty indexed axis → output untouched)."""
     batch, tuples, k, dims, strides, sl = nd_geometry(t.data_shape, t.indices_shape, t.batch_dims)
@@ -124,7 +125,7 @@ def normalized_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-@reference("GatherElements")
+@reference(T.GatherElements)
 def gather_elements(arena: np.ndarray, t) -> None:
     """ONNX GatherElements, byte-generic (empty indexed axis → output untouched)."""
     axis = normalized_axis(t.axis, len(t.data_shape))
@@ -144,7 +145,7 @@ def apply_updates(out: np.ndarray, targets: np.ndarray, updates: np.ndarray, red
     ufunc.at(out, targets, updates)
 
 
-@reference("ScatterAdd")
+@reference(T.ScatterAdd)
 def scatter_add(arena: np.ndarray, t) -> None:
     """`dst = 0; dst[row(idx[i])] += upd[i]` in order; ids ≥ out_dim dropped."""
     out = view(arena, t.dst, np.float32, t.out_dim * t.trailing).reshape(t.out_dim, t.trailing)
@@ -166,7 +167,7 @@ def copy_data(arena: np.ndarray, t) -> np.ndarray:
     return out
 
 
-@reference("ScatterNd")
+@reference(T.ScatterNd)
 def scatter_nd(arena: np.ndarray, t) -> None:
     """ONNX ScatterND on f32 with `reduction`, updates in order."""
     upd = view(arena, t.updates, np.float32, t.updates_len).copy()
@@ -181,7 +182,7 @@ def scatter_nd(arena: np.ndarray, t) -> None:
         apply_updates(out, targets, upd, t.reduction)
 
 
-@reference("ScatterElements")
+@reference(T.ScatterElements)
 def scatter_elements(arena: np.ndarray, t) -> None:
     """ONNX ScatterElements on f32 with `reduction`, updates in order."""
     axis = normalized_axis(t.axis, len(t.data_shape))
@@ -192,3 +193,17 @@ def scatter_elements(arena: np.ndarray, t) -> None:
         return
     with np.errstate(all="ignore"):
         apply_updates(out, targets, upd, t.reduction)
+
+
+@reference(T.GatherBackward)
+def gather_backward(arena: np.ndarray, t) -> None:
+    """`dst = 0; dst[o, row(idx[k])] += dy[o, k]` in k order (f32 adds); ids ≥ axis_dim dropped (Gather skips them)."""
+    dst = view(arena, t.dst, np.float32, t.outer * t.axis_dim * t.trailing).reshape(t.outer, t.axis_dim, t.trailing)
+    dst[:] = 0.0
+    if not (t.outer and t.num_idx and t.trailing and t.axis_dim):
+        return
+    dy = view(arena, t.dy, np.float32, t.outer * t.num_idx * t.trailing).reshape(t.outer, t.num_idx, t.trailing)
+    ids = row_ids(view(arena, t.indices, np.float32, t.num_idx), t.axis_dim)
+    with np.errstate(all="ignore"):
+        for k in np.flatnonzero(ids >= 0):
+            dst[:, ids[k]] += dy[:, k]

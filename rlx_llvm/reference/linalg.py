@@ -8,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
+from .. import thunks as T
 from . import reference, view
 from .gemm import matrix, put
 
 
-@reference("DenseSolveF32", "DenseSolveF64", "BatchedDenseSolveF32", "BatchedDenseSolveF64")
+@reference(T.DenseSolveF32, T.DenseSolveF64, T.BatchedDenseSolveF32, T.BatchedDenseSolveF64)
 def dense_solve(arena: np.ndarray, t) -> None:
     """`X_i = A_i⁻¹·B_i` per slice (`batch` 1 for the unbatched kinds)."""
     kind = type(t).__name__
@@ -25,14 +26,14 @@ def dense_solve(arena: np.ndarray, t) -> None:
         put(arena, t.x + i * n * nrhs * size, x, dt)
 
 
-@reference("CholeskyF32")
+@reference(T.CholeskyF32)
 def cholesky_f32(arena: np.ndarray, t) -> None:
     """Lower L of the symmetric matrix given by A's lower triangle; strict upper zero."""
     a = np.tril(matrix(arena, t.a, t.n, t.n))
     put(arena, t.l, np.linalg.cholesky(a + np.tril(a, -1).T))
 
 
-@reference("TriangularSolveF32")
+@reference(T.TriangularSolveF32)
 def triangular_solve_f32(arena: np.ndarray, t) -> None:
     """`op(A)·X = B` reading only A's `lower`/upper triangle."""
     a = matrix(arena, t.a, t.n, t.n)
@@ -44,7 +45,7 @@ def triangular_solve_f32(arena: np.ndarray, t) -> None:
     put(arena, t.x, x)
 
 
-@reference("DetF32")
+@reference(T.DetF32)
 def det_f32(arena: np.ndarray, t) -> None:
     """`det(A)` or `log|det(A)|` (0 / -inf when singular)."""
     a = matrix(arena, t.a, t.n, t.n)
@@ -53,7 +54,7 @@ def det_f32(arena: np.ndarray, t) -> None:
     put(arena, t.out, np.array([value]))
 
 
-@reference("SvdF32")
+@reference(T.SvdF32)
 def svd_f32(arena: np.ndarray, t) -> None:
     """Thin SVD factor `part` (U, S, Vt); U's largest-magnitude entry per column positive."""
     k = min(t.m, t.n)
@@ -66,7 +67,7 @@ def svd_f32(arena: np.ndarray, t) -> None:
     put(arena, t.out, (u, s, vt)[t.part])
 
 
-@reference("QrF32")
+@reference(T.QrF32)
 def qr_f32(arena: np.ndarray, t) -> None:
     """Thin QR factor `part` (Q, R) with a non-negative diagonal of R."""
     if min(t.m, t.n) == 0:
@@ -78,7 +79,7 @@ def qr_f32(arena: np.ndarray, t) -> None:
     put(arena, t.out, (q, r)[t.part])
 
 
-@reference("SortF32")
+@reference(T.SortF32)
 def sort_f32(arena: np.ndarray, t) -> None:
     """Stable sort / argsort of each fiber along the middle axis, NaNs last in both directions."""
     count = t.outer * t.axis_dim * t.inner

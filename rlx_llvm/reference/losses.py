@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import thunks as T
 from . import reference, view
 
 
@@ -35,7 +36,7 @@ def log_softmax_parts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return (m + np.log(s))[:, 0], e / s
 
 
-@reference("SoftmaxCrossEntropy")
+@reference(T.SoftmaxCrossEntropy)
 def softmax_cross_entropy(arena: np.ndarray, t) -> None:
     """`lse(x_n) − x[n, label]`, 0 for an out-of-range label."""
     if not t.n:
@@ -48,7 +49,7 @@ def softmax_cross_entropy(arena: np.ndarray, t) -> None:
     _f32(arena, t.dst, t.n)[:] = loss.astype(np.float32)
 
 
-@reference("SoftmaxCrossEntropyDense")
+@reference(T.SoftmaxCrossEntropyDense)
 def softmax_cross_entropy_dense(arena: np.ndarray, t) -> None:
     """`lse(x_n) − Σ_c t[n,c]·x[n,c]`."""
     if not t.n:
@@ -60,7 +61,7 @@ def softmax_cross_entropy_dense(arena: np.ndarray, t) -> None:
         _f32(arena, t.dst, t.n)[:] = (lse - (tgt * x).sum(axis=1)).astype(np.float32)
 
 
-@reference("SoftmaxCrossEntropyBackward")
+@reference(T.SoftmaxCrossEntropyBackward)
 def softmax_cross_entropy_backward(arena: np.ndarray, t) -> None:
     """`(softmax(x_n) − onehot(label))·d_loss[n]`, a zero row for an out-of-range label."""
     if not t.n:

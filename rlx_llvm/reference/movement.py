@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import thunks as T
 from . import reference, view
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -19,7 +20,7 @@ def elements(arena: np.ndarray, offset: int, nbytes: int, count: int) -> np.ndar
     return view(arena, offset, np.uint64, count * (nbytes // 8)).reshape(count, nbytes // 8)
 
 
-@reference("Narrow")
+@reference(T.Narrow)
 def narrow(arena: np.ndarray, t) -> None:
     """Row `o`: `inner` elements from `src + o·src_stride` to `dst + o·dst_stride`."""
     eb = t.elem_bytes
@@ -30,7 +31,7 @@ def narrow(arena: np.ndarray, t) -> None:
         arena[d:d + t.inner * eb] = arena[s:s + t.inner * eb]
 
 
-@reference("KvAppend")
+@reference(T.KvAppend)
 def kv_append(arena: np.ndarray, t) -> None:
     """Row `o` of `src` lands at byte `(o·seq_cap + pos)·inner_bytes` of `dst`."""
     n = t.inner_bytes
@@ -49,7 +50,7 @@ def walk_sources(dims, strides, in_total: int) -> np.ndarray:
     return src % in_total if src.size and src.max() >= in_total else src
 
 
-@reference("Transpose", "TransposeF64")
+@reference(T.Transpose, T.TransposeF64)
 def transpose(arena: np.ndarray, t) -> None:
     """`dst[flat] = src[Σ coord_d · in_strides[d]]`, element bits copied."""
     eb = getattr(t, "elem_bytes", 8)
@@ -60,7 +61,7 @@ def transpose(arena: np.ndarray, t) -> None:
     elements(arena, t.dst, eb, total)[...] = src[walk_sources(t.out_dims, t.in_strides, t.in_total)]
 
 
-@reference("Reverse")
+@reference(T.Reverse)
 def reverse(arena: np.ndarray, t) -> None:
     """Flip the flagged axes."""
     eb = t.elem_bytes
@@ -73,7 +74,7 @@ def reverse(arena: np.ndarray, t) -> None:
     elements(arena, t.dst, eb, n)[...] = flipped.reshape((n,) + x.shape[len(t.dims):])
 
 
-@reference("Concat", "ConcatF64")
+@reference(T.Concat, T.ConcatF64)
 def concat(arena: np.ndarray, t) -> None:
     """Output `[outer, total_axis·inner]`; input `i` fills its columns (broadcast when rank-deficient)."""
     eb = 8 if type(t).__name__ == "ConcatF64" else 4
@@ -93,7 +94,7 @@ def concat(arena: np.ndarray, t) -> None:
         col += seg
 
 
-@reference("ResizeNearest2x")
+@reference(T.ResizeNearest2x)
 def resize_nearest_2x(arena: np.ndarray, t) -> None:
     """`y[p, 2i+a, 2j+b] = x[p, i, j]`."""
     planes = t.n * t.c
@@ -107,7 +108,7 @@ def nearest_map(size_in: int, size_out: int) -> np.ndarray:
     return np.minimum(np.arange(size_out, dtype=np.int64) * size_in // size_out, size_in - 1)
 
 
-@reference("Interpolate3d")
+@reference(T.Interpolate3d)
 def interpolate_3d(arena: np.ndarray, t) -> None:
     """Nearest NCDHW resample to `(d_out, h_out, w_out)`."""
     planes = t.n * t.c
@@ -119,7 +120,7 @@ def interpolate_3d(arena: np.ndarray, t) -> None:
     view(arena, t.dst, np.uint32, n_out)[...] = y.reshape(-1)
 
 
-@reference("Im2Col")
+@reference(T.Im2Col)
 def im2col(arena: np.ndarray, t) -> None:
     """`col[m, (c·kh + i)·kw + j] = x[nb, c, oh·sh − ph + i·dh, ow·sw − pw + j·dw]`, 0 outside."""
     n = t.n or 1

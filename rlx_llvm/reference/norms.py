@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import thunks as T
 from . import reference, view
 
 
@@ -38,13 +39,13 @@ def _affine_rows(arena, t, v32: np.ndarray, dst: int, center: bool) -> None:
     _f32(arena, dst, rows * h)[:] = out.reshape(-1).astype(np.float32)
 
 
-@reference("LayerNorm")
+@reference(T.LayerNorm)
 def layer_norm(arena: np.ndarray, t) -> None:
     """`(x−μ)/√(Σx²/h − μ² + eps)·g + b`."""
     _affine_rows(arena, t, _f32(arena, t.src, t.rows * t.h).copy(), t.dst, center=True)
 
 
-@reference("RmsNorm")
+@reference(T.RmsNorm)
 def rms_norm(arena: np.ndarray, t) -> None:
     """`x/√(Σx²/h + eps)·g + b`."""
     _affine_rows(arena, t, _f32(arena, t.src, t.rows * t.h).copy(), t.dst, center=False)
@@ -59,19 +60,19 @@ def _residual_sum(arena: np.ndarray, t) -> np.ndarray:
     return v.astype(np.float32)
 
 
-@reference("FusedResidualLN")
+@reference(T.FusedResidualLN)
 def fused_residual_ln(arena: np.ndarray, t) -> None:
     """LayerNorm of the f32 sum `x + res (+ bias)`."""
     _affine_rows(arena, t, _residual_sum(arena, t), t.out, center=True)
 
 
-@reference("FusedResidualRmsNorm")
+@reference(T.FusedResidualRmsNorm)
 def fused_residual_rms_norm(arena: np.ndarray, t) -> None:
     """RmsNorm of the f32 sum `x + res (+ bias)`."""
     _affine_rows(arena, t, _residual_sum(arena, t), t.out, center=False)
 
 
-@reference("AdaLayerNorm")
+@reference(T.AdaLayerNorm)
 def ada_layer_norm(arena: np.ndarray, t) -> None:
     """`norm(x)·(1 + scale[m + j]) + shift[m + j]`, two-pass LayerNorm or RMS, m = mod_off[row]."""
     rows, h = t.rows, t.h
@@ -86,7 +87,7 @@ def ada_layer_norm(arena: np.ndarray, t) -> None:
         _f32(arena, t.dst, rows * h)[:] = (y * (1.0 + scale) + shift).reshape(-1).astype(np.float32)
 
 
-@reference("GatedResidual")
+@reference(T.GatedResidual)
 def gated_residual(arena: np.ndarray, t) -> None:
     """`x + gate[gate_off[row] + j]·y`."""
     rows, h = t.rows, t.h
@@ -100,7 +101,7 @@ def gated_residual(arena: np.ndarray, t) -> None:
         _f32(arena, t.dst, rows * h)[:] = (x + gate * y).reshape(-1).astype(np.float32)
 
 
-@reference("GroupNorm")
+@reference(T.GroupNorm)
 def group_norm(arena: np.ndarray, t) -> None:
     """Two-pass statistics per (batch, group of C/G channels), per-channel affine."""
     n, c, hw, groups = t.n, t.c, t.h * t.w, t.num_groups
@@ -114,7 +115,7 @@ def group_norm(arena: np.ndarray, t) -> None:
         _f32(arena, t.dst, n * c * hw)[:] = (y * g + b).reshape(-1).astype(np.float32)
 
 
-@reference("LayerNorm2d")
+@reference(T.LayerNorm2d)
 def layer_norm_2d(arena: np.ndarray, t) -> None:
     """Per (n, h, w) across the C channels, two-pass, per-channel affine."""
     n, c, hw = t.n, t.c, t.h * t.w
@@ -130,7 +131,7 @@ def layer_norm_2d(arena: np.ndarray, t) -> None:
     _f32(arena, t.dst, n * c * hw)[:] = y.reshape(-1).astype(np.float32)
 
 
-@reference("BatchNormInference")
+@reference(T.BatchNormInference)
 def batch_norm_inference(arena: np.ndarray, t) -> None:
     """`x·α + β`, α = g/√(var + eps), β = b − mean·α (PyTorch's CPU inference form)."""
     count, ch = t.count, t.channels

@@ -1,4 +1,4 @@
-"""NumPy references of Softmax, the reductions, scans, TopK and Histogram (semantics.md §2.6, §3.6).
+"""NumPy references of Softmax, the reductions, scans (and CumsumBackward), TopK and Histogram (semantics.md §2.6, §3.6).
 
 Float64 math on f32 inputs, NaN-ignoring max/min (`np.fmax/np.fmin`, Rust's `f32::max/min`),
 index results exactly as the kernels define them: ArgReduce takes the first occurrence and lets
@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import thunks as T
 from ..dtypes import DType
 from ..ops import ReduceOp
-from . import reference, view
+from . import read_f64, reference, view, write_f32
 
 
 def _f32(arena: np.ndarray, off: int, count: int) -> np.ndarray:
     return view(arena, off, np.float32, count)
 
 
-@reference("Softmax")
+@reference(T.Softmax)
 def softmax(arena: np.ndarray, t) -> None:
     """In place over `[outer, cols, inner]`: `exp(x − max)/Σ` along the middle axis."""
     if not (t.rows and t.cols):
@@ -46,7 +47,7 @@ def reduce_values(x: np.ndarray, op: ReduceOp) -> np.ndarray:
         return x.prod(axis=1)
 
 
-@reference("Reduce")
+@reference(T.Reduce)
 def reduce(arena: np.ndarray, t) -> None:
     """`[outer, reduced, inner] → [outer, inner]`."""
     x = _f32(arena, t.src, t.outer * t.reduced * t.inner).astype(np.float64)
@@ -54,7 +55,7 @@ def reduce(arena: np.ndarray, t) -> None:
     _f32(arena, t.dst, t.outer * t.inner)[:] = out.reshape(-1).astype(np.float32)
 
 
-@reference("ReduceSumF64")
+@reference(T.ReduceSumF64)
 def reduce_sum_f64(arena: np.ndarray, t) -> None:
     """f64 sum over the reduced axis."""
     x = view(arena, t.src, np.float64, t.outer * t.reduced * t.inner).reshape(t.outer, t.reduced, t.inner)
@@ -62,7 +63,7 @@ def reduce_sum_f64(arena: np.ndarray, t) -> None:
         view(arena, t.dst, np.float64, t.outer * t.inner)[:] = x.sum(axis=1).reshape(-1)
 
 
-@reference("ArgReduce")
+@reference(T.ArgReduce)
 def arg_reduce(arena: np.ndarray, t) -> None:
     """f32 index of the max/min: first occurrence, a NaN wins (NumPy's argmax/argmin rule)."""
     if not (t.outer and t.inner):
@@ -90,7 +91,7 @@ def top_k_rounds(x: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-@reference("TopK")
+@reference(T.TopK)
 def top_k(arena: np.ndarray, t) -> None:
     """Indices of the k rounds, as f32 or i64."""
     if not (t.outer and t.k):
@@ -111,7 +112,7 @@ def _scan(x: np.ndarray, ufunc, identity, exclusive: bool) -> np.ndarray:
     return full[:, :-1] if exclusive else full[:, 1:]
 
 
-@reference("Cumsum")
+@reference(T.Cumsum)
 def cumsum(arena: np.ndarray, t) -> None:
     """Running sum along rows: float64 for f32 data, wrapping int64 for i64."""
     if not (t.rows and t.cols):
@@ -125,7 +126,7 @@ def cumsum(arena: np.ndarray, t) -> None:
     _f32(arena, t.dst, n)[:] = _scan(x, np.add, 0.0, t.exclusive).reshape(-1).astype(np.float32)
 
 
-@reference("CumScan")
+@reference(T.CumScan)
 def cum_scan(arena: np.ndarray, t) -> None:
     """Running product (from 1) or NaN-ignoring maximum (from −inf)."""
     if not (t.rows and t.cols):
@@ -149,7 +150,7 @@ def histogram_bins(x: np.ndarray, bins: int, lo: float, hi: float) -> np.ndarray
     return np.where(inside, k, -1)
 
 
-@reference("Histogram")
+@reference(T.Histogram)
 def histogram(arena: np.ndarray, t) -> None:
     """f32 counts per bucket."""
     if not t.bins:
@@ -157,3 +158,11 @@ def histogram(arena: np.ndarray, t) -> None:
     k = histogram_bins(_f32(arena, t.src, t.n), t.bins, t.min, t.max)
     counts = np.bincount(k[k >= 0], minlength=t.bins)
     _f32(arena, t.dst, t.bins)[:] = counts.astype(np.float32)
+
+
+@reference(T.CumsumBackward)
+def cumsum_backward(arena: np.ndarray, t) -> None:
+    """`dx[j] = Σ_{k ≥ j} dy[k]` (`k > j` when exclusive): the forward scan of the reversed row."""
+    if t.rows * t.cols:
+        dy = read_f64(arena, t.dy, t.rows * t.cols).reshape(t.rows, t.cols)
+        write_f32(arena, t.dx, _scan(dy[:, ::-1], np.add, 0.0, t.exclusive)[:, ::-1])

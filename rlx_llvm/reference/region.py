@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import thunks as T
 from ..dtypes import DType, LaneKind
 from ..ops import ChainOperand, ChainStep
 from . import elementmath as em
@@ -46,7 +47,7 @@ def region_cast(dtype: DType, x: np.ndarray) -> np.ndarray:
     return (np.clip(t, lo, hi) + 0.0).astype(np.float32)  # + 0.0: an integer has no −0 (−0.5 → +0)
 
 
-@reference("ElementwiseRegion")
+@reference(T.ElementwiseRegion)
 def elementwise_region(arena: np.ndarray, t) -> None:
     """Evaluate the chain over all `len` output elements at once."""
     n = t.len

@@ -321,7 +321,7 @@ def test_custom_mask_uses_the_schedule_threshold() -> None:
     want = arena.bytes.copy()
     want[offs[3]:offs[3] + mask.nbytes] = np.where(mask == np.float32(0.3), 1.0, mask).astype(np.float32).view(np.uint8)
     prog.run(arena)
-    ref.REFERENCES["Attention"](want, t)
+    ref.REFERENCES[T.Attention](want, t)
     np.testing.assert_allclose(arena.bytes[out:top].view(np.float32), want[out:top].view(np.float32),
                                rtol=2e-5, atol=2e-5)
 

@@ -586,7 +586,7 @@ def test_spline_reference_is_the_formula() -> None:
     arena = np.zeros(1024, np.uint8)
     arena[:x.nbytes] = x.view(np.uint8)
     arena[256:256 + coeff.nbytes] = coeff.view(np.uint8)
-    ref.REFERENCES["SplineActivation"](arena, T.SplineActivation(x=0, coeff=256, dst=512, rows=rows, channels=ch,
+    ref.REFERENCES[T.SplineActivation](arena, T.SplineActivation(x=0, coeff=256, dst=512, rows=rows, channels=ch,
                                                                    num_basis=nb, grid_min=gmin, grid_max=gmax))
     got = arena[512:512 + 4 * rows * ch].view(np.float32)
     step = (gmax - gmin) / (nb - 1)
