@@ -27,7 +27,7 @@ from ..ops import MaskKind
 from ..thunks.attention import Rope
 from . import vecmath as vm
 from .context import EmitContext
-from .toolkit import (F32, FASTMATH, I1, I32, I64, as_value, carried_loop, const, iadd, imul, lane_ids, load_lanes,
+from .toolkit import (F32, FASTMATH, I1, I32, I64, as_value, carried_loop, const, iadd, imul, lane_index, load_lanes,
                       splat, store_lanes, vec)
 from ..registry import lowering
 from .rows import SUM, exp_sum, parallel_rows, reduce_row, row_max
@@ -306,7 +306,7 @@ def _masks(ctx: EmitContext, t, scores: int, bi, u, i) -> None:
         if bias:
             s = b.fadd(s, ctx.load(t.mask, F32, iadd(b, bias_row, j), w), flags=FASTMATH)
         if causal or sliding:
-            jv = b.add(splat(b, j, w), lane_ids(w)) if w > 1 else j
+            jv = lane_index(b, j, w)
             av = splat(b, a, w)
             ok = b.icmp_signed("<=", jv, av)
             if sliding:

@@ -11,7 +11,7 @@ from llvmlite import ir
 from ..errors import RlxError
 from ..kernels.blas import BLAS_INT_MAX, routine
 from .context import EmitContext
-from .toolkit import F32, F64, I8, I32
+from .toolkit import F32, F64, I8, I32, entry_alloca
 
 
 class FortranArgs:
@@ -26,11 +26,10 @@ class FortranArgs:
         self._consts: dict[tuple, ir.Value] = {}
 
     def _alloca(self, ty: ir.Type, init: ir.Constant | None = None) -> ir.Value:
-        b = self.ctx.b
-        with b.goto_entry_block():
-            slot = b.alloca(ty)
-            if init is not None:
-                b.store(init, slot)
+        slot = entry_alloca(self.ctx, ty)
+        if init is not None:  # stored in the entry block too: the slot holds it on every path
+            with self.ctx.b.goto_entry_block():
+                self.ctx.b.store(init, slot)
         return slot
 
     def _const(self, ty: ir.Type, value) -> ir.Value:

@@ -33,7 +33,7 @@ from ..errors import ValidationError
 from ..kernels.blas import BLAS_INT_MAX
 from ..ops import ReduceOp
 from .context import ArenaRef, EmitContext, ScratchRef
-from .toolkit import F32, I32, I64, const, entry_alloca, iadd, imul, scratch_ptr, splat
+from .toolkit import F32, I32, I64, const, entry_alloca, iadd, imul, scratch_ptr, splat, vec
 from .gemm import copy_matrix, gemm, independent_gemms
 from ..registry import lowering
 from .rows import parallel_rows
@@ -203,9 +203,7 @@ def pool_window(ctx: EmitContext, t, axes: tuple[Axis, Axis, Axis], row: PoolRow
     b = ctx.b
     dz, hz, wz = axes
     is_max = t.kind is ReduceOp.Max
-    vty = F32 if width == 1 else ir.VectorType(F32, width)
-    with b.goto_entry_block():
-        acc = b.alloca(vty)
+    acc = entry_alloca(ctx, vec(F32, width))
     b.store(const(F32, -math.inf if is_max else 0.0, width), acc)
     base = ctx.addr(t.src, row.src, 4)
     col0 = b.sub(imul(b, ow, wz.s), I64(wz.p))

@@ -12,7 +12,7 @@ from llvmlite import ir
 from .. import thunks as T
 from ..errors import ValidationError
 from .context import EmitContext
-from .toolkit import F32, FASTMATH, I64, Index, fconst, iadd, imul, lane_ids, nan_max, splat
+from .toolkit import F32, FASTMATH, I64, Index, fconst, iadd, imul, lane_index, nan_max, splat
 from ..registry import lowering
 from .rows import MAX, SUM, exp_sum, parallel_rows, reduce_row, row_max
 
@@ -93,7 +93,7 @@ def softmax_cross_entropy_backward(ctx: EmitContext, t) -> None:
             def grad(j: Index, w: int) -> None:
                 idx = iadd(b, base, j)
                 p = b.fmul(sub.load(t.dlogits, F32, idx, w), splat(b, rinv, w), flags=FASTMATH)
-                col = b.add(splat(b, j if not isinstance(j, int) else I64(j), w), lane_ids(w)) if w > 1 else j
+                col = lane_index(b, j, w)
                 hot = b.icmp_signed("==", col, splat(b, lab, w))
                 p = b.select(hot, b.fsub(p, fconst(p, 1.0), flags=FASTMATH), p)
                 d = b.fmul(p, splat(b, g, w), flags=FASTMATH)

@@ -201,7 +201,8 @@ def narrow(ctx: EmitContext, t) -> None:
     streaming = t.outer * row >= STREAM_BYTES and aligned_to_line(t.dst, t.dst_stride * eb)
     b = ctx.b
     with ctx.for_range(0, t.outer, name="row") as o:
-        ahead = (t.src, imul(b, clamped_ahead(b, o, rows_ahead(row), t.outer), t.src_stride * eb)) if streaming else None
+        ahead = ((t.src, imul(b, clamped_ahead(b, o, rows_ahead(row), t.outer), t.src_stride * eb))
+                 if streaming else None)
         copy_run(ctx, t.dst, imul(b, o, t.dst_stride * eb), t.src, imul(b, o, t.src_stride * eb), row, streaming,
                  ahead)
 

@@ -9,7 +9,7 @@ from llvmlite import ir
 
 from ..kernels.gomp import MAX_THREADS, get_threads, register_runtime, set_threads  # noqa: F401  (re-exported)
 from .context import EmitContext
-from .toolkit import I32, I64, PTR
+from .toolkit import I32, I64, PTR, entry_alloca
 
 # The outlined body gets `[5 x ptr]`: arena, per-thread scratch base, a pointer to the i64
 # per-thread scratch stride (known only after the body is emitted), the caller's shared
@@ -81,10 +81,9 @@ def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int)
     ctx.paths |= sub.paths
     stride_bytes = (sub.scratch_bytes + 63) // 64 * 64
     base = ctx.scratch_alloc(stride_bytes * MAX_THREADS) if stride_bytes else 0
-    with b.goto_entry_block():
-        args = b.alloca(_ARGS, name="par.args")
-        stride_slot = b.alloca(I64, name="par.stride")
-        counter_slot = b.alloca(I64, name="par.next")
+    args = entry_alloca(ctx, _ARGS, "par.args")
+    stride_slot = entry_alloca(ctx, I64, "par.stride")
+    counter_slot = entry_alloca(ctx, I64, "par.next")
     b.store(I64(stride_bytes), stride_slot)
     b.store(I64(0), counter_slot)
     for k, value in enumerate((ctx.arena, b.gep(ctx.scratch, [I64(base)], source_etype=ir.IntType(8)),

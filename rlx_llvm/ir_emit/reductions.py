@@ -21,8 +21,8 @@ from ..errors import ValidationError
 from ..ops import ReduceOp
 from .context import EmitContext
 from .toolkit import (F32, F64, FASTMATH, I1, I32, I64, Index, as_value, call_intrinsic, carried_loop, const,
-                      entry_alloca, fconst, iadd, imul, is_nan, lane_ids, load_lanes, nan_max, nan_min, prefetch,
-                      span_loop, splat, store_lanes, vec, width_of)
+                      entry_alloca, fconst, iadd, imul, is_nan, lane_ids, lane_index, load_lanes, nan_max, nan_min,
+                      prefetch, span_loop, splat, store_lanes, vec, width_of)
 from ..registry import lowering
 from .rows import MAX, MIN, PROD, SUM, Combine, exp_sum, next_row_base, parallel_rows, reduce_row, row_max
 
@@ -252,7 +252,7 @@ def _argreduce_rows(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> Non
 
         def update(j: Index, lanes: int, cur: list) -> list:
             v = load(j, lanes)
-            at = b.add(splat(b, as_value(j), lanes), lane_ids(lanes)) if lanes > 1 else j
+            at = lane_index(b, j, lanes)
             take = beats(ctx, t.is_max, v, cur[0])
             return [b.select(take, v, cur[0]), b.select(take, at, cur[1])]
         if n >= w:

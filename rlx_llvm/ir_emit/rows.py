@@ -177,13 +177,6 @@ def parallel_rows(ctx: EmitContext, rows: int, bytes_per_row: int, body: RowsBod
     ctx.parallel_for(rows, body, grain=1, min_work=min_rows)
 
 
-def for_rows(ctx: EmitContext, start: ir.Value, stop: ir.Value, body: Callable[[ir.Value], None],
-             name: str = "row") -> None:
-    """`for r in range(start, stop): body(r)`."""
-    with ctx.for_range(start, stop, 1, name=name) as r:
-        body(r)
-
-
 def stream_rows(ctx: EmitContext, offset: int, row_len: int, rows: int, itemsize: int = 4) -> bool:
     """Whether a row-major output may use streaming stores: big, and every row starts aligned."""
     w = ctx.lanes * 4 // itemsize

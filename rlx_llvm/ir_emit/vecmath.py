@@ -264,7 +264,8 @@ def round_half_away(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Round to nearest, ties away from zero (Rust f32::round); keeps the sign of zero."""
     t = trunc(b, x)
     frac = fabs(b, b.fsub(x, t))
-    step = b.select(b.fcmp_ordered(">=", frac, splat_like(x, 0.5)), copysign(b, splat_like(x, 1.0), x), splat_like(x, 0.0))
+    half_up = b.fcmp_ordered(">=", frac, splat_like(x, 0.5))
+    step = b.select(half_up, copysign(b, splat_like(x, 1.0), x), splat_like(x, 0.0))
     return copysign(b, b.fadd(t, step), x)
 
 
