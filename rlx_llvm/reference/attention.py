@@ -1,4 +1,4 @@
-"""NumPy float64 references of Attention, Rope (and RopeBackward), AxialRope2d and FusedSwiGLU (semantics.md §2.7, §3.4).
+"""NumPy float64 references of Attention, Rope (and RopeBackward), AxialRope2d, FusedSwiGLU (semantics.md §2.7, §3.4).
 
 Inputs are read as f32 and everything is computed in float64, rounded to f32 once at the end.
 Attention uses the schedule defaults for the Custom mask (`mask < 0.5` → score `-1e9`), the

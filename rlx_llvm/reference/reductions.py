@@ -1,4 +1,4 @@
-"""NumPy references of Softmax, the reductions, scans (and CumsumBackward), TopK and Histogram (semantics.md §2.6, §3.6).
+"""NumPy references of Softmax, reductions, scans (and CumsumBackward), TopK, Histogram (semantics.md §2.6, §3.6).
 
 Float64 math on f32 inputs, NaN-ignoring max/min (`np.fmax/np.fmin`, Rust's `f32::max/min`),
 index results exactly as the kernels define them: ArgReduce takes the first occurrence and lets
