@@ -388,27 +388,27 @@ def f32_to_bf16_bits(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.trunc(b.select(nan, quiet, rounded), vec_like(x, I16))
 
 
+# How each float lane converts to and from f32: (widen, narrow).  f16 narrows by F16C (RNE, exact),
+# bf16 by the RNE bit trick, f64 widens exactly.
+_LANE_CASTS: dict[DType, tuple[Callable, Callable]] = {
+    DType.F32: (lambda b, x: x, lambda b, x: x),
+    DType.F16: (lambda b, x: b.fpext(x, vec_like(x, F32)), lambda b, x: b.fptrunc(x, vec_like(x, F16))),
+    DType.BF16: (bf16_bits_to_f32, f32_to_bf16_bits),
+    DType.F64: (lambda b, x: b.fptrunc(x, vec_like(x, F32)), lambda b, x: b.fpext(x, vec_like(x, F64))),
+}
+
+
+def _lane_casts(dtype: DType) -> tuple[Callable, Callable]:
+    if dtype not in _LANE_CASTS:
+        raise TypeError(f"{dtype} is not a float lane")
+    return _LANE_CASTS[dtype]
+
+
 def widen_to_f32(b: ir.IRBuilder, dtype: DType, raw: ir.Value) -> ir.Value:
     """A stored float lane (f32/f16/bf16/f64) as f32."""
-    if dtype is DType.F32:
-        return raw
-    if dtype is DType.F16:
-        return b.fpext(raw, vec_like(raw, F32))
-    if dtype is DType.BF16:
-        return bf16_bits_to_f32(b, raw)
-    if dtype is DType.F64:
-        return b.fptrunc(raw, vec_like(raw, F32))
-    raise TypeError(f"{dtype} is not a float lane")
+    return _lane_casts(dtype)[0](b, raw)
 
 
 def narrow_from_f32(b: ir.IRBuilder, dtype: DType, x: ir.Value) -> ir.Value:
     """f32 → stored float lane: f16 by F16C (RNE, exact), bf16 by the RNE bit trick, f64 exact."""
-    if dtype is DType.F32:
-        return x
-    if dtype is DType.F16:
-        return b.fptrunc(x, vec_like(x, F16))
-    if dtype is DType.BF16:
-        return f32_to_bf16_bits(b, x)
-    if dtype is DType.F64:
-        return b.fpext(x, vec_like(x, F64))
-    raise TypeError(f"{dtype} is not a float lane")
+    return _lane_casts(dtype)[1](b, x)
