@@ -33,8 +33,8 @@ from ..errors import ValidationError
 from ..kernels.blas import BLAS_INT_MAX, Status
 from .blas_calls import FortranArgs
 from .context import ArenaRef, EmitContext, MovableRef, Operand, pointer
-from .toolkit import (F32, F64, I8, I32, I64, PTR, STORAGE, copy_bytes, entry_alloca, fail_unless, load_lanes,
-                      narrow_from_f32, scratch_ptr, splat, store_lanes, widen_to_f32, zero_bytes)
+from .toolkit import (F32, F64, I8, I32, I64, PTR, STORAGE, copy_bytes, entry_alloca, fail_unless, lane_ids, load_lanes,
+                      narrow_from_f32, scratch_ptr, splat, store_lanes, suffix, widen_to_f32, zero_bytes)
 from . import elementmath as em
 from ..registry import lowering
 
@@ -289,11 +289,6 @@ class TileShape:
     accumulate: bool
 
     @property
-    def size(self) -> int:
-        """Bytes per element."""
-        return 4 if self.ty == F32 else 8
-
-    @property
     def name(self) -> str:
         """The function's symbol, e.g. `rlx.tile.f32.r6.v4`."""
         return (f"rlx.tile.{'f32' if self.ty == F32 else 'f64'}.r{self.rows}.v{self.vectors}"
@@ -320,10 +315,9 @@ class TileShape:
     def _body(self, ctx: EmitContext, a, b, c, a_row, a_col, ldb, ldc, k, tail, alpha, beta) -> None:
         bld, w, nv = ctx.b, self.w, self.vectors
         vty = ir.VectorType(self.ty, w)
-        lanes = ir.Constant(ir.VectorType(I64, w), [I64(x) for x in range(w)])
-        last = bld.icmp_signed("<", lanes, splat(bld, tail, w))  # lanes of the last vector inside C
+        last = bld.icmp_signed("<", lane_ids(w), splat(bld, tail, w))  # lanes of the last vector inside C
         masks = [None] * (nv - 1) + [last]
-        fma = ctx.intrinsic(f"llvm.fma.v{w}{'f32' if self.ty == F32 else 'f64'}", vty, [vty, vty, vty])
+        fma = ctx.intrinsic(f"llvm.fma.{suffix(vty)}", vty, [vty, vty, vty])
         acc = [[entry_alloca(ctx, vty) for _ in range(nv)] for _ in range(self.rows)]
         for slot in (s for row in acc for s in row):
             bld.store(ir.Constant(vty, None), slot)
