@@ -76,7 +76,7 @@ class ModuleBuilder:
         else:
             ctx = self._emit(fn, index, thunk, fields=False)
         self.scratch_bytes = max(self.scratch_bytes, ctx.scratch_bytes)
-        self.paths[index] = "blas" if "blas" in ctx.paths else ("llvm" if ctx.paths else low.path)
+        self.paths[index] = _path_taken(ctx.paths, low.path)
         self.emit_ms[index] = (time.perf_counter() - t0) * 1e3
         self.symbols[index] = name
         self.module.add_named_metadata("rlx.thunks", [ir.MetaDataString(self.module, f"{name}: {thunk!r}")])
@@ -131,3 +131,11 @@ class ModuleBuilder:
             b.ret(b.or_(I64((index + 1) << 32), b.zext(status, I64)))
             b.position_at_end(ok)
         b.ret(I64(0))
+
+
+def _path_taken(noted: set[str], registered: str) -> str:
+    """What a compiled thunk became: `blas` if it calls BLAS, else `llvm` if it noted IR code (or
+    chose IR tiles over BLAS), else the registered path."""
+    if "blas" in noted:
+        return "blas"
+    return "llvm" if noted or registered == "llvm|blas" else registered

@@ -350,7 +350,7 @@ def conv(ctx: EmitContext, t, axes: tuple[Axis, Axis, Axis]) -> None:
     independent_gemms(ctx, "s", items, cout_g, p, k, body)
 
 
-@lowering(T.Conv2D, T.Conv3d, path="blas", check=check_conv, shared_body=True)
+@lowering(T.Conv2D, T.Conv3d, path="llvm|blas", check=check_conv, shared_body=True)
 def conv_nd(ctx: EmitContext, t) -> None:
     """2-D / 3-D convolution (NCHW / NCDHW) with stride, padding, dilation and groups."""
     conv(ctx, t, conv_axes(t))
@@ -559,13 +559,13 @@ def fill_range(ctx: EmitContext, base: ir.Value, start: ir.Value, stop: ir.Value
         ctx.store(0, const(F32, 0.0, 1), i, base=base)
 
 
-@lowering(T.ConvTranspose2d, T.ConvTranspose3d, path="blas", check=check_convt, shared_body=True)
+@lowering(T.ConvTranspose2d, T.ConvTranspose3d, path="llvm|blas", check=check_convt, shared_body=True)
 def conv_transpose_nd(ctx: EmitContext, t) -> None:
     """2-D/3-D transposed convolution (NCHW / NCDHW), weight `[c_in, c_out/groups, (kd,) kh, kw]`."""
     conv_transpose(ctx, convt_axes(t), t.n, t.c_in, t.c_out, t.groups, t.src, t.weight, t.dst)
 
 
-@lowering(T.Conv2dBackwardInput, T.Conv3dBackwardInput, path="blas", check=check_conv_backward_input,
+@lowering(T.Conv2dBackwardInput, T.Conv3dBackwardInput, path="llvm|blas", check=check_conv_backward_input,
           shared_body=True)
 def conv_backward_input(ctx: EmitContext, t) -> None:
     """`dx = conv_transpose(dy, w)` with the forward geometry (w `[c_out, c_in/groups, (kd,) kh, kw]`)."""
@@ -724,7 +724,7 @@ def conv_backward_weight(ctx: EmitContext, t) -> None:
     independent_gemms(ctx, "s", groups, k, cout_g, max(1, p) * max(1, t.n), body)
 
 
-@lowering(T.Conv2dBackwardWeight, T.Conv3dBackwardWeight, path="blas", check=check_conv_backward_weight,
+@lowering(T.Conv2dBackwardWeight, T.Conv3dBackwardWeight, path="llvm|blas", check=check_conv_backward_weight,
           shared_body=True)
 def conv_backward_weight_nd(ctx: EmitContext, t) -> None:
     """2-D / 3-D weight gradient `dw = Σ_images dy·im2col(x)ᵀ` per group (dw zeroed first)."""

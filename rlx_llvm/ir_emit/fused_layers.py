@@ -201,7 +201,7 @@ def _residual_ln(ctx: EmitContext, rows: int, h: int, x: int, res: int, res_in_s
 
 # ── the thunks ───────────────────────────────────────────────────────────────
 
-@lowering(T.FusedAttnBlock, path="blas", check=check_attn_block, shared_body=True)
+@lowering(T.FusedAttnBlock, path="llvm|blas", check=check_attn_block, shared_body=True)
 def fused_attn_block(ctx: EmitContext, t) -> None:
     """`out = MHA(hidden·qkv_w (+ qkv_b))·out_w (+ out_b)`."""
     m, hs = t.batch * t.seq, t.hs
@@ -231,7 +231,7 @@ def fused_attn_block(ctx: EmitContext, t) -> None:
     gemm(ctx, FortranArgs(ctx), "s", m, t.out_dim, hs, a_op, ArenaRef(t.out_w), ArenaRef(t.out), epilogue=epi)
 
 
-@lowering(T.FusedBertLayer, path="blas", check=check_bert_layer, shared_body=True)
+@lowering(T.FusedBertLayer, path="llvm|blas", check=check_bert_layer, shared_body=True)
 def fused_bert_layer(ctx: EmitContext, t) -> None:
     """Post-LN BERT layer (semantics.md §3.4), every step an existing emitter on scratch."""
     m, hs, inter = t.batch * t.seq, t.hs, t.int_dim
@@ -251,7 +251,7 @@ def fused_bert_layer(ctx: EmitContext, t) -> None:
     _residual_ln(ctx, m, hs, y, n1, True, t.fc2_b, t.ln2_g, t.ln2_b, t.eps2, t.out, False)
 
 
-@lowering(T.FusedNomicLayer, path="blas", check=check_nomic_layer, shared_body=True)
+@lowering(T.FusedNomicLayer, path="llvm|blas", check=check_nomic_layer, shared_body=True)
 def fused_nomic_layer(ctx: EmitContext, t) -> None:
     """Nomic layer (semantics.md §3.4): RoPE attention, residual + LN, SwiGLU FFN, residual + LN."""
     m, hs, inter = t.batch * t.seq, t.hs, t.int_dim

@@ -377,20 +377,20 @@ def f32_operand(ctx: EmitContext, offset: int, kind: HalfKind, count: int) -> Op
 
 # ── plain GEMMs ──────────────────────────────────────────────────────────────
 
-@lowering(T.Sgemm, path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.Sgemm, path="llvm|blas", check=check_blas_ints("m", "k", "n"))
 def sgemm(ctx: EmitContext, t) -> None:
     """`C = A·B` in f32."""
     gemm(ctx, FortranArgs(ctx), "s", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c))
 
 
-@lowering(T.SgemmT, path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.SgemmT, path="llvm|blas", check=check_blas_ints("m", "k", "n"))
 def sgemm_t(ctx: EmitContext, t) -> None:
     """`C = op(A)·op(B)`: transposes are BLAS trans flags."""
     gemm(ctx, FortranArgs(ctx), "s", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c),
          ta=bool(t.ta), tb=bool(t.tb))
 
 
-@lowering(T.Dgemm, path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.Dgemm, path="llvm|blas", check=check_blas_ints("m", "k", "n"))
 def dgemm(ctx: EmitContext, t) -> None:
     """`C = A·B` in f64."""
     gemm(ctx, FortranArgs(ctx), "d", t.m, t.n, t.k, ArenaRef(t.a), ArenaRef(t.b), ArenaRef(t.c))
@@ -444,13 +444,13 @@ def _check_batched(t) -> None:
                               f"{BLAS_INT_MAX}", field="batch")
 
 
-@lowering(T.BatchedSgemm, path="blas", check=_check_batched)
+@lowering(T.BatchedSgemm, path="llvm|blas", check=_check_batched)
 def batched_sgemm(ctx: EmitContext, t) -> None:
     """Batched f32 GEMM with broadcast flags."""
     _batched(ctx, t, "s")
 
 
-@lowering(T.BatchedDgemmF64, path="blas", check=_check_batched)
+@lowering(T.BatchedDgemmF64, path="llvm|blas", check=_check_batched)
 def batched_dgemm_f64(ctx: EmitContext, t) -> None:
     """Batched f64 GEMM with broadcast flags."""
     _batched(ctx, t, "d")
@@ -471,19 +471,19 @@ def _half_gemm(ctx: EmitContext, t, a_kind: HalfKind, b_kind: HalfKind, c_kind: 
     narrow_from_scratch(ctx, c_tmp, t.c, c_kind, m * n)
 
 
-@lowering(T.SgemmBf16, path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.SgemmBf16, path="llvm|blas", check=check_blas_ints("m", "k", "n"))
 def sgemm_bf16(ctx: EmitContext, t) -> None:
     """`C = A·B` with B packed bf16."""
     _half_gemm(ctx, t, HalfKind.F32, HalfKind.Bf16, HalfKind.F32)
 
 
-@lowering(T.SgemmF16, path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.SgemmF16, path="llvm|blas", check=check_blas_ints("m", "k", "n"))
 def sgemm_f16(ctx: EmitContext, t) -> None:
     """`C = A·B` with B packed f16."""
     _half_gemm(ctx, t, HalfKind.F32, HalfKind.F16, HalfKind.F32)
 
 
-@lowering(T.SgemmHalf, path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.SgemmHalf, path="llvm|blas", check=check_blas_ints("m", "k", "n"))
 def sgemm_half(ctx: EmitContext, t) -> None:
     """`C = A·B` where any operand may be packed (HalfKind)."""
     _half_gemm(ctx, t, t.a_kind, t.b_kind, t.c_kind)
@@ -491,7 +491,7 @@ def sgemm_half(ctx: EmitContext, t) -> None:
 
 # ── fused and composite GEMMs ────────────────────────────────────────────────
 
-@lowering(T.FusedMmBiasAct, path="blas", check=check_blas_ints("m", "k", "n"))
+@lowering(T.FusedMmBiasAct, path="llvm|blas", check=check_blas_ints("m", "k", "n"))
 def fused_mm_bias_act(ctx: EmitContext, t) -> None:
     """`C = act(A·W + bias)`: the GEMM, then one vector pass for bias and activation (erf Gelu).
 
@@ -518,7 +518,7 @@ def bias_act_pass(ctx: EmitContext, t, col0: ir.Value, width: int) -> None:
         ctx.vector_loop(width, body, name="col")
 
 
-@lowering(T.LoraMatMul, path="blas", check=check_blas_ints("m", "k", "n", "r"))
+@lowering(T.LoraMatMul, path="llvm|blas", check=check_blas_ints("m", "k", "n", "r"))
 def lora_mat_mul(ctx: EmitContext, t) -> None:
     """`out = X·W + scale·(X·A)·B`; the rank-r intermediate `X·A` lives in scratch."""
     fa = FortranArgs(ctx)
@@ -531,7 +531,7 @@ def lora_mat_mul(ctx: EmitContext, t) -> None:
     gemm(ctx, fa, "s", m, n, r, xa, ArenaRef(t.b), ArenaRef(t.dst), alpha=t.scale, beta=1.0)
 
 
-@lowering(T.Conv2D1x1, path="blas", check=check_blas_ints("c_in", "c_out", "hw"))
+@lowering(T.Conv2D1x1, path="llvm|blas", check=check_blas_ints("c_in", "c_out", "hw"))
 def conv2d_1x1(ctx: EmitContext, t) -> None:
     """Per image `out[c_out, hw] = W[c_out, c_in]·X[c_in, hw]`."""
     if t.n == 0:
@@ -620,7 +620,7 @@ def _check_synth(t) -> None:
                               field="num_entries")
 
 
-@lowering(T.SynthMatMul, path="blas", check=_check_synth)
+@lowering(T.SynthMatMul, path="llvm|blas", check=_check_synth)
 def synth_mat_mul(ctx: EmitContext, t) -> None:
     """`out = X·W`, `W[p, j] = codebook[indices[j, p / d], p mod d]`.
 
