@@ -66,17 +66,23 @@ def fallback(*classes: type[Thunk], path: str = "scipy", check: Callable | None 
     return _register(classes, path, check, False, native=False)
 
 
-def _thunk_class(cls) -> type[Thunk]:
-    """The registered thunk class itself; anything else (a name, a stray class) is refused."""
+def thunk_class(cls: object, what: str = "lowerings") -> type[Thunk]:
+    """`cls` if it is one of the 196 thunk classes; anything else (a name, a stray class) is refused."""
     if isinstance(cls, type) and ALL_THUNKS.get(cls.__name__) is cls:
         return cls
-    raise TypeError(f"lowerings are registered for thunk classes (rlx_llvm.thunks), not {cls!r}")
+    raise TypeError(f"{what} are registered for thunk classes (rlx_llvm.thunks), not {cls!r}")
+
+
+def family_names() -> list[str]:
+    """The emitter families of `FAMILIES` by short name (`"norms"`, …): `reference/` mirrors them."""
+    prefix = "rlx_llvm.ir_emit."
+    return [name[len(prefix):] for name in FAMILIES if name.startswith(prefix)]
 
 
 def _register(classes, path, check, inplace, native, shared_body=False) -> Callable:
     if not classes:
         raise TypeError("name at least one thunk class")
-    classes = [_thunk_class(c) for c in classes]
+    classes = [thunk_class(c) for c in classes]
 
     def deco(fn: Callable) -> Callable:
         for cls in classes:

@@ -15,30 +15,21 @@ from typing import Callable
 import numpy as np
 
 from .. import thunks as T
-from ..thunks import ALL_THUNKS, Thunk
+from ..registry import family_names, thunk_class
+from ..thunks import Thunk
 
 # `fn(arena: np.ndarray[uint8], thunk)` by thunk class, like the lowering registry.
 REFERENCES: dict[type[Thunk], Callable] = {}
 
-# Every module that registers references, in import order.
-FAMILIES = tuple(f"{__name__}.{name}" for name in (
-    "region", "casts", "elementwise", "movement", "indexing", "norms", "reductions", "losses", "gemm", "linalg",
-    "attention", "fused_layers", "activation_backward", "conv", "norms_backward",
-))
-
-
-def _thunk_class(cls: object) -> type[Thunk]:
-    """The thunk class itself; anything else (a name, a stray class) is refused."""
-    if isinstance(cls, type) and ALL_THUNKS.get(cls.__name__) is cls:
-        return cls
-    raise TypeError(f"references are registered for thunk classes (rlx_llvm.thunks), not {cls!r}")
+# Every module that registers references: one per emitter family of `registry.FAMILIES` (Nop's is here).
+FAMILIES = tuple(f"{__name__}.{name}" for name in family_names() if name != "nop")
 
 
 def reference(*classes: type[Thunk]) -> Callable:
     """Decorator: register a NumPy implementation for thunk classes (`@reference(T.Sgemm)`)."""
     if not classes:
         raise TypeError("name at least one thunk class")
-    checked = [_thunk_class(c) for c in classes]
+    checked = [thunk_class(c, "references") for c in classes]
 
     def deco(fn: Callable) -> Callable:
         for cls in checked:
