@@ -11,6 +11,11 @@ from .errors import ValidationError
 
 ALIGNMENT = 64
 NUMERIC_KINDS = "biufc"  # NumPy dtype kinds an arena holds: bool, signed, unsigned, float, complex
+
+
+def _numeric(dtype: np.dtype) -> bool:
+    """A NumPy number type, or one of ml_dtypes' (bfloat16, float8_*, int4 …: scalars of kind 'V')."""
+    return dtype.kind in NUMERIC_KINDS or (dtype.fields is None and dtype.type.__module__.startswith("ml_dtypes"))
 Shape = "int | tuple[int, ...]"
 
 
@@ -31,13 +36,13 @@ def _shape(where: str, shape: Shape) -> tuple[int, ...]:
 
 
 def _as_dtype(where: str, dtype: "DType | str | np.dtype | type") -> np.dtype:
-    """The NumPy dtype of an RLX DType (or its name), or any numeric NumPy dtype (e.g. uint16 for raw
-    half bits); anything else is a ValidationError."""
+    """The NumPy dtype of an RLX DType (or its name), or any numeric NumPy or ml_dtypes dtype (e.g.
+    uint16 for raw half bits, ml_dtypes.bfloat16); anything else is a ValidationError."""
     if dtype is not None:
         with contextlib.suppress(ValueError):
             return DType.parse(dtype).numpy
         with contextlib.suppress(TypeError, ValueError):
-            if np.dtype(dtype).kind in NUMERIC_KINDS:
+            if _numeric(np.dtype(dtype)):
                 return np.dtype(dtype)
     names = ", ".join(d.value for d in DType)
     raise ValidationError(f"{where}: dtype must be one of {names} or a numeric NumPy dtype, got {dtype!r}")
@@ -58,7 +63,7 @@ def _as_bytes(where: str, data: object, dtype: "DType | str | np.dtype | None" =
         array = np.ascontiguousarray(data, dtype=target)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"{where}: cannot store the data as {target}: {exc}") from None
-    if array.dtype.kind not in NUMERIC_KINDS:
+    if not _numeric(array.dtype):
         raise ValidationError(f"{where}: an arena holds numbers; got an array of dtype {array.dtype}")
     return array.reshape(-1).view(np.uint8)
 

@@ -107,3 +107,14 @@ def test_empty_access_at_the_end_and_numpy_ints_are_fine():
     a = Arena(np.int64(64))
     assert a.read(np.int32(64), "f32", 0).shape == (0,) and a.view(0, "uint16", (0, 3)).shape == (0, 3)
     assert a.read(60, np.dtype(np.uint16), [np.int64(2)]).shape == (2,)  # raw half bits
+
+
+def test_ml_dtypes_arrays_are_numbers() -> None:
+    """bfloat16 / float8 arrays from ml_dtypes are written as their bytes and read back as themselves."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    arena = Arena(64)
+    for dt in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn):
+        x = np.array([1.5, -2.0, 0.25], dtype=dt)
+        arena.write(0, x)
+        np.testing.assert_array_equal(arena.read(0, dt, 3), x)
+        assert arena.read(0, np.uint8, x.nbytes).tobytes() == x.tobytes()
