@@ -120,3 +120,9 @@ def test_the_cycle_finder_finds_cycles() -> None:
 def test_imports_sees_function_level_imports() -> None:
     """Function-level imports count for the layer check (kernels.threads imports lazily)."""
     assert imports("rlx_llvm.kernels.threads", module_level_only=False) >= {"rlx_llvm.kernels.blas"}
+
+
+def test_the_package_is_marked_typed() -> None:
+    """PEP 561: `py.typed` ships beside the package, so type checkers read its hints."""
+    import rlx_llvm
+    assert (Path(rlx_llvm.__file__).parent / "py.typed").is_file()
