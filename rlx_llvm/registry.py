@@ -19,6 +19,7 @@ NATIVE_PATHS = ("llvm", "blas", "llvm|blas")  # "llvm|blas": IR tiles or a BLAS 
 FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
     "nop", "region", "elementwise", "casts", "movement", "indexing", "norms", "reductions", "losses",
     "gemm", "linalg", "attention", "fused_layers", "activation_backward", "conv", "norms_backward",
+    "qgemm",
 )) + ("rlx_llvm.kernels.fallbacks",)
 
 

@@ -16,6 +16,7 @@ import functools
 from typing import Callable
 
 from . import attention, conv, elementwise, matmul, movement, norms, reductions
+from . import qgemm
 from .compare import assert_close, assert_outputs_match
 from .layout import (Buffer, Example, Values, bf16, example, ints, normal, pack, shift, side_by_side, spd, uniform,
                      well_conditioned)
@@ -29,6 +30,7 @@ FAMILIES: dict[str, Callable[[], list[Example]]] = {
     "reductions": reductions.reductions, "losses": reductions.losses,
     "gemm": matmul.gemm, "linalg": matmul.linalg, "fallbacks": matmul.fallbacks,
     "attention": attention.attention, "fused_layers": attention.fused_layers, "conv": conv.conv,
+    "qgemm": qgemm.qgemm,
 }
 
 
