@@ -1,0 +1,24 @@
+"""Examples of the scaled low-precision kinds: FP8/FP6/FP4 codes with per-tensor, MX (E8M0) and NVFP4 scales."""
+from __future__ import annotations
+
+from .. import thunks as T
+from ..ops import ScaledFormat as F, ScaleLayout as L
+from .layout import Example, example, ints, uniform
+
+CODES = ints(0, 256, "u1")
+SCALES = {"PerTensor": uniform(0.25, 4.0), "BlockMxE8M0": ints(120, 136, "u1"), "Nvfp4": ints(0x28, 0x58, "u1")}
+LAYOUTS = (L.PerTensor, L.BlockMxE8M0(block=32), L.Nvfp4(group=16))
+ROWS, COLS = 3, 45          # a short last block in every row
+
+
+def scaled() -> list[Example]:
+    """ScaledQuantScale, ScaledQuantize and ScaledDequantize per layout, on formats of 8, 6 and 4 bits."""
+    out = []
+    for layout, fmt in zip(LAYOUTS, (F.F8E4M3, F.F6E3M2, F.F4E2M1)):
+        name, shape = layout.name, dict(rows=ROWS, cols=COLS, fmt=fmt, layout=layout)
+        out += [example(f"ScaledQuantScale/{name}", T.ScaledQuantScale(x=0, dst=0, **shape)),
+                example(f"ScaledQuantize/{name}", T.ScaledQuantize(x=0, scale=0, dst=0, **shape),
+                        scale=SCALES[name]),
+                example(f"ScaledDequantize/{name}", T.ScaledDequantize(codes=0, scale=0, dst=0, **shape),
+                        codes=CODES, scale=SCALES[name])]
+    return out

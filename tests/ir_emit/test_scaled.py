@@ -1,0 +1,156 @@
+"""Scaled low-precision kinds against their NumPy references and against `ml_dtypes`, all in one program.
+
+Every code of every format is decoded; every format encodes a dense grid of f32s over its whole
+range plus every representable value, every tie point between neighbours and the f32s one ulp
+either side of it, ±0, denormals, ±inf and NaN.  The compiled codecs must agree bit for bit with
+`ml_dtypes` (encode: on inputs clipped to ±max, since RLX saturates; NaN → code 0).
+"""
+from __future__ import annotations
+
+import ml_dtypes as md
+import numpy as np
+import pytest
+
+from rlx_llvm import thunks as T
+from rlx_llvm.ops import ScaledFormat as F, ScaleLayout as L
+from rlx_llvm.thunks.quant import scale_bytes
+from rlx_llvm.reference.scaled import FORMATS, Minifloat, e8m0_decode, e8m0_encode_up, minifloat
+from tests.harness import F32_SPECIALS, W, Suite, expect_invalid, suite_tests
+
+ML_DTYPES = {"F8E4M3": md.float8_e4m3fn, "F8E5M2": md.float8_e5m2, "F8E4M3Fnuz": md.float8_e4m3fnuz,
+             "F8E5M2Fnuz": md.float8_e5m2fnuz, "F6E2M3": md.float6_e2m3fn, "F6E3M2": md.float6_e3m2fn,
+             "F4E2M1": md.float4_e2m1fn}
+CUSTOM = F.Custom(exp_bits=3, mant_bits=4, bias=3)
+LAYOUTS = (L.PerTensor, L.BlockMxE8M0(block=32), L.BlockMxE8M0(block=W + 3), L.Nvfp4(group=16), L.Nvfp4(group=5))
+SHAPES = ((1, 1), (3, W - 1), (4, 45), (2, 2 * W + 3), (37, 1031))   # vector tails, short last blocks, threads
+
+
+def encode_grid(f: Minifloat) -> np.ndarray:
+    """Both signs of: 4096 mantissas per binade over the format's range, every value, every tie ± 1 ulp, specials."""
+    lo, hi = f.min_normal_exp - f.mant_bits - 2, int(np.log2(f.max_finite)) + 2
+    exps = np.arange(lo, hi + 1) + 127
+    grid = ((exps[:, None] << 23) | (np.arange(4096) << 11)[None, :]).reshape(-1).astype(np.uint32).view(np.float32)
+    mags = f.magnitudes.astype(np.float64)
+    ties = ((mags[1:] + mags[:-1]) / 2).astype(np.float32)
+    points = np.concatenate([ties, f.magnitudes, [f.max_finite * 1.0625]]).astype(np.float32)
+    near = np.concatenate([points, np.nextafter(points, np.float32(np.inf)), np.nextafter(points, np.float32(0))])
+    pos = np.concatenate([grid, near, np.float32([0, 1e-45, 1e-40, 3e38, np.inf])]).astype(np.float32)
+    return np.concatenate([pos, -pos, np.float32([np.nan, -np.nan])])
+
+
+def ml_encode(name: str, x: np.ndarray) -> np.ndarray:
+    """ml_dtypes' codes of `x` clipped to ±max (RLX saturates), NaN → 0."""
+    f = FORMATS[name]
+    codes = np.clip(x, -f.max_finite, f.max_finite).astype(ML_DTYPES[name]).view(np.uint8)
+    return np.where(np.isnan(x), 0, codes).astype(np.uint8)
+
+
+def all_codes(f: Minifloat) -> np.ndarray:
+    """Every code of the format, as bytes."""
+    return np.arange(2 << f.sign_shift, dtype=np.uint8)
+
+
+def scale_values(s: Suite, layout, rows: int, cols: int) -> np.ndarray:
+    """Valid scales of `layout`: an f32, E8M0 bytes near 2^0 (and 0x00, 0xFF), or E4M3 codes (with 0 and NaN)."""
+    n = scale_bytes(layout, rows, cols)
+    if layout.name == "PerTensor":
+        return np.float32([s.rng.uniform(0.1, 3.0)])
+    lo, hi, specials = (118, 138, (0, 255)) if layout.name == "BlockMxE8M0" else (0x20, 0x60, (0, 0x7F))
+    v = s.rng.integers(lo, hi, n).astype(np.uint8)
+    v[: min(n, 2)] = specials[: min(n, 2)] if n > 8 else v[: min(n, 2)]
+    return v
+
+
+def quant_input(s: Suite, rows: int, cols: int) -> np.ndarray:
+    """Normals of varied magnitude with the f32 specials sprinkled in."""
+    x = s.normal(rows * cols) * np.exp2(s.rng.integers(-6, 8, rows * cols)).astype(np.float32)
+    x[:: 7][: F32_SPECIALS.size] = F32_SPECIALS[: x[:: 7].size]
+    return x
+
+
+# ── the cases ───────────────────────────────────────────────────────────────
+
+def build() -> Suite:
+    s = Suite(11)
+    one = s.put(np.float32([1.0]))
+    for name, f in FORMATS.items():
+        fmt = getattr(F, name)
+        codes = all_codes(f)
+        dst, o = s.out(np.float32, codes.size)
+        s.add(f"exhaustive-decode-{name}", T.ScaledDequantize(codes=s.put(codes), scale=one, dst=dst, rows=1,
+                                                              cols=codes.size, fmt=fmt, layout=L.PerTensor), [o])
+        x = encode_grid(f)
+        dst, o = s.out(np.uint8, x.size)
+        s.add(f"exhaustive-encode-{name}", T.ScaledQuantize(x=s.put(x), scale=one, dst=dst, rows=1, cols=x.size,
+                                                            fmt=fmt, layout=L.PerTensor), [o])
+    for fmt in (F.F8E4M3, F.F8E5M2Fnuz, F.F4E2M1, CUSTOM):
+        for layout in LAYOUTS:
+            for rows, cols in SHAPES:
+                shape = dict(rows=rows, cols=cols, fmt=fmt, layout=layout)
+                tag = f"{fmt!r}-{layout!r}-{rows}x{cols}"
+                x = s.put(quant_input(s, rows, cols))
+                s.add(f"ScaledQuantScale-{tag}", T.ScaledQuantScale(x=x, dst=s.slot(scale_bytes(layout, rows, cols)),
+                                                                    **shape))
+                scale = s.put(scale_values(s, layout, rows, cols))
+                s.add(f"ScaledQuantize-{tag}", T.ScaledQuantize(x=x, scale=scale, dst=s.slot(rows * cols), **shape))
+                codes = s.put(s.rng.integers(0, 256, rows * cols).astype(np.uint8))
+                s.add(f"ScaledDequantize-{tag}", T.ScaledDequantize(codes=codes, scale=scale,
+                                                                    dst=s.slot(4 * rows * cols), **shape),
+                      dtype=np.float32)
+    return s
+
+
+SUITE = build()
+outcome, test_matches_reference, test_nothing_outside_the_outputs_changes, \
+    test_thread_count_does_not_change_results, test_every_kind_is_native = suite_tests(SUITE)
+
+
+# ── the independent oracle: ml_dtypes ───────────────────────────────────────
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_decode_matches_ml_dtypes(outcome, name: str) -> None:
+    """All codes decode to ml_dtypes' value, bit for bit (any NaN for a NaN)."""
+    want = all_codes(FORMATS[name]).view(ML_DTYPES[name]).astype(np.float32)
+    got = outcome.output(f"exhaustive-decode-{name}")
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(got.view(np.int32)[~np.isnan(got)], want.view(np.int32)[~np.isnan(want)])
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_encode_matches_ml_dtypes(outcome, name: str) -> None:
+    """The dense grid, values, ties ± 1 ulp and specials encode as ml_dtypes does (saturating, NaN → 0)."""
+    x = encode_grid(FORMATS[name])
+    got, want = outcome.output(f"exhaustive-encode-{name}"), ml_encode(name, x)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, f"{bad.size} differ, first {x[bad[:5]]}: got {got[bad[:5]]}, want {want[bad[:5]]}"
+
+
+def test_e8m0_matches_ml_dtypes() -> None:
+    """E8M0 decode is ml_dtypes' float8_e8m0fnu; encoding rounds up to the next power of two."""
+    b = np.arange(256, dtype=np.uint8)
+    want = b.view(md.float8_e8m0fnu).astype(np.float32)
+    assert np.array_equal(e8m0_decode(b), want, equal_nan=True)
+    assert np.array_equal(e8m0_encode_up(want[:255]), b[:255])
+    assert np.array_equal(e8m0_encode_up(np.float32([3.0, 0.75, 1e-45, 0.0, -1.0, np.inf, np.nan, 3e38])),
+                          np.uint8([129, 127, 0, 0, 0, 0, 0, 254]))
+
+
+# ── bad input ───────────────────────────────────────────────────────────────
+
+def test_custom_format_too_wide_is_refused() -> None:
+    t = T.ScaledDequantize(codes=0, scale=64, dst=128, rows=1, cols=8, fmt=F.Custom(exp_bits=5, mant_bits=3, bias=15),
+                           layout=L.PerTensor)
+    expect_invalid(t, 4096, "fmt", "≤ 8")
+
+
+def test_zero_block_is_refused() -> None:
+    t = T.ScaledQuantize(x=0, scale=64, dst=128, rows=1, cols=8, fmt=F.F8E4M3, layout=L.BlockMxE8M0(block=0))
+    expect_invalid(t, 4096, "layout", "block size")
+
+
+def test_minifloat_describes_the_spec_maxima() -> None:
+    """The largest finite values of semantics.md §2.12."""
+    got = {name: float(f.max_finite) for name, f in FORMATS.items()}
+    assert got == {"F8E4M3": 448, "F8E5M2": 57344, "F8E4M3Fnuz": 240, "F8E5M2Fnuz": 57344, "F6E2M3": 7.5,
+                   "F6E3M2": 28, "F4E2M1": 6}
+    assert float(minifloat(CUSTOM).max_finite) == 1.9375 * 16
