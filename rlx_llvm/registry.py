@@ -20,6 +20,7 @@ FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
     "nop", "region", "elementwise", "casts", "movement", "indexing", "norms", "reductions", "losses",
     "gemm", "linalg", "attention", "fused_layers", "activation_backward", "conv", "norms_backward",
     "qgemm",
+    "gguf",
     "scaled",
 )) + ("rlx_llvm.kernels.fallbacks",)
 

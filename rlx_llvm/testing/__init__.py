@@ -17,6 +17,7 @@ from typing import Callable
 
 from . import attention, conv, elementwise, matmul, movement, norms, reductions
 from . import qgemm
+from . import gguf
 from . import scaled
 from .compare import assert_close, assert_outputs_match
 from .layout import (Buffer, Example, Values, bf16, example, ints, normal, pack, shift, side_by_side, spd, uniform,
@@ -32,6 +33,7 @@ FAMILIES: dict[str, Callable[[], list[Example]]] = {
     "gemm": matmul.gemm, "linalg": matmul.linalg, "fallbacks": matmul.fallbacks,
     "attention": attention.attention, "fused_layers": attention.fused_layers, "conv": conv.conv,
     "qgemm": qgemm.qgemm,
+    "gguf": gguf.gguf,
     "scaled": scaled.scaled,
 }
 

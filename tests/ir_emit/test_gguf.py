@@ -1,0 +1,204 @@
+"""GGUF decoders and DequantMatMulGguf.
+
+* Every IR decoder, compiled alone, and every NumPy reference decoder are bit-identical to
+  `gguf.quants.dequantize` (llama.cpp's own reader) on random block bytes: every code value, and
+  scales that are NaN, ±inf or denormal (any NaN matches any NaN, at the same positions).
+* DequantMatMulGguf against its reference (f64 sums) for m in {1, 3, 17}, odd n, in one program;
+  and against gguf-dequantize + a float64 NumPy matmul.
+* Bad input: k not a whole number of blocks, a scheme not decoded, a weight buffer too short.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as G
+from gguf.quants import dequantize as gguf_dequantize
+from llvmlite import binding as llvm
+from llvmlite import ir
+
+from rlx_llvm import thunks as T
+from rlx_llvm.ir_emit import gguf as emit
+from rlx_llvm.jit import host
+from rlx_llvm.ops import QuantScheme
+from rlx_llvm.reference import gguf as ref
+from rlx_llvm.testing.gguf import SCALES, random_blocks
+from rlx_llvm.thunks.quant import GGUF_BLOCKS
+from tests.harness import Suite, assert_close, assert_same, expect_invalid, suite_tests
+
+ORACLE = {"GgufQ8_0": G.Q8_0, "GgufQ4_0": G.Q4_0, "GgufQ4_1": G.Q4_1, "GgufQ5_0": G.Q5_0, "GgufQ5_1": G.Q5_1,
+          "GgufQ2K": G.Q2_K, "GgufQ3K": G.Q3_K, "GgufQ4K": G.Q4_K, "GgufQ5K": G.Q5_K, "GgufQ6K": G.Q6_K,
+          "GgufIQ4NL": G.IQ4_NL, "GgufIQ4XS": G.IQ4_XS}
+"""Our schemes that `gguf` dequantizes (it has no Q8_K)."""
+
+BLOCKS = 400   # random blocks per scheme: every code value in every position, many NaN/inf scales
+
+
+# ── the decoders alone ───────────────────────────────────────────────────────
+
+class Decoders:
+    """Every scheme's IR decoder as `void dequantize_<scheme>(ptr blocks, ptr out, i64 count)`."""
+
+    def __init__(self) -> None:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        module = ir.Module(name="gguf_decoders")
+        module.triple = llvm.get_process_triple()
+        width = emit.chunk_width(host().lanes(32))
+        for scheme in emit.DECODERS:
+            emit.define_dequantize(module, scheme, width, f"dequantize_{scheme}")
+        target = llvm.Target.from_triple(llvm.get_process_triple())
+        machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                               features=llvm.get_host_cpu_features().flatten(), opt=3, jit=True)
+        mod = llvm.parse_assembly(str(module))
+        mod.verify()
+        self.engine = llvm.create_mcjit_compiler(mod, machine)
+        self.engine.finalize_object()
+
+    def __call__(self, scheme: str, data: np.ndarray) -> np.ndarray:
+        elems, nbytes = GGUF_BLOCKS[scheme]
+        count = data.size // nbytes
+        out = np.full(count * elems, np.nan, np.float32)
+        fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+            self.engine.get_function_address(f"dequantize_{scheme}"))
+        fn(data.ctypes.data, out.ctypes.data, count)
+        return out
+
+
+@pytest.fixture(scope="module")
+def decoders() -> Decoders:
+    return Decoders()
+
+
+def oracle(scheme: str, data: np.ndarray) -> np.ndarray:
+    """`gguf.quants.dequantize`, flat."""
+    with np.errstate(all="ignore"):
+        return gguf_dequantize(data, ORACLE[scheme]).reshape(-1).astype(np.float32)
+
+
+SPECIAL_HALVES = np.array([np.inf, -np.inf, np.nan, -np.nan, 6e-8, -6e-8, 0.0, -0.0, 65504.0], np.float16)
+
+
+def with_special_scales(scheme: str, data: np.ndarray) -> np.ndarray:
+    """The first blocks' f16 scale `d` set to ±inf, NaN, denormals, ±0 and the largest half."""
+    _, nbytes = GGUF_BLOCKS[scheme]
+    blocks = data.reshape(-1, nbytes).copy()
+    at = SCALES[scheme][0]
+    blocks[:SPECIAL_HALVES.size, at:at + 2] = SPECIAL_HALVES.view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(-1)
+
+
+@pytest.mark.parametrize("sane", [False, True], ids=["any-scales", "sane-scales"])
+@pytest.mark.parametrize("scheme", list(ORACLE))
+def test_decoders_match_gguf_bit_for_bit(decoders: Decoders, scheme: str, sane: bool) -> None:
+    data = random_blocks(scheme, BLOCKS, np.random.default_rng(len(scheme) + sane), sane=sane)
+    data = data if sane else with_special_scales(scheme, data)
+    want = oracle(scheme, data)
+    if not sane:
+        assert np.isnan(want).any() and np.isinf(want).any(), "the random scales should reach NaN and inf"
+    assert_same(decoders(scheme, data), want, what=f"IR {scheme}")
+    assert_same(ref.dequantize(scheme, data), want, what=f"NumPy {scheme}")
+
+
+def test_random_blocks_hold_every_code_value() -> None:
+    data = random_blocks("GgufQ4_0", BLOCKS, np.random.default_rng(1)).reshape(BLOCKS, 18)
+    codes = np.concatenate([data[:, 2:] & 15, data[:, 2:] >> 4])
+    assert set(np.unique(codes)) == set(range(16))
+
+
+def test_q8_k_decoder_matches_reference(decoders: Decoders) -> None:
+    """gguf has no Q8_K: `d·q` per element (d f32 at byte 0, 256 int8 codes, 16 int16 sums unused)."""
+    data = random_blocks("GgufQ8K", BLOCKS, np.random.default_rng(3), sane=False)
+    blocks = data.reshape(BLOCKS, 292)
+    d = blocks[:, :4].copy().view(np.float32)
+    with np.errstate(all="ignore"):
+        want = (d * blocks[:, 4:260].view(np.int8).astype(np.float32)).reshape(-1)
+    assert_same(decoders("GgufQ8K", data), want, what="IR Q8_K")
+    assert_same(ref.dequantize("GgufQ8K", data), want, what="NumPy Q8_K")
+
+
+def test_q4_0_hand_example(decoders: Decoders) -> None:
+    """d = 0.5, byte i = (i + 1) << 4 | i: element i is 0.5·(i − 8), element 16 + i is 0.5·(i + 1 − 8)."""
+    block = np.concatenate([np.array([0.5], np.float16).view(np.uint8),
+                            np.array([(i + 1) % 16 << 4 | i for i in range(16)], np.uint8)])
+    want = 0.5 * (np.concatenate([np.arange(16), (np.arange(16) + 1) % 16]) - 8).astype(np.float32)
+    assert_same(decoders("GgufQ4_0", block), want)
+
+
+# ── DequantMatMulGguf ────────────────────────────────────────────────────────
+
+def add_matmul(s: Suite, scheme: str, m: int, blocks: int, n: int) -> str:
+    """A DequantMatMulGguf case over sane random blocks and normal x; returns its name."""
+    elems, _ = GGUF_BLOCKS[scheme]
+    k = blocks * elems
+    x, w = s.normal(m, k), random_blocks(scheme, n * blocks, s.rng)
+    magnitude = np.abs(x.astype(np.float64)) @ np.abs(ref.dequantize(scheme, w).reshape(n, k).astype(np.float64)).T
+    dst, o = s.out(np.float32, m * n)
+    name = f"DequantMatMulGguf-{scheme}-{m}x{k}x{n}"
+    s.add(name, T.DequantMatMulGguf(x=s.put(x), w_q=s.put(w, skew=1), dst=dst, m=m, k=k, n=n,
+                                    scheme=getattr(QuantScheme, scheme)), [o], atol=1e-6 * magnitude.reshape(-1))
+    return name
+
+
+def build() -> Suite:
+    s = Suite(11, rtol=1e-6)   # plus 1e-6·Σ|x·w| per output: f32 sums in another order
+    for scheme in emit.DECODERS:
+        elems, _ = GGUF_BLOCKS[scheme]
+        for m in (1, 3, 17):
+            add_matmul(s, scheme, m, 2 if elems == 256 else 5, 7)
+    add_matmul(s, "GgufQ4_0", 5, 16, 301)     # weight rows split across threads
+    add_matmul(s, "GgufQ6K", 2, 3, 129)
+    return s
+
+
+SUITE = build()
+(outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
+
+
+@pytest.mark.parametrize("scheme", ["GgufQ4_0", "GgufQ8_0", "GgufQ5_1", "GgufQ4K", "GgufQ3K", "GgufIQ4XS"])
+@pytest.mark.parametrize("m", [1, 3, 17])
+def test_matmul_matches_gguf_dequantize_then_numpy(outcome, scheme: str, m: int) -> None:
+    elems, nbytes = GGUF_BLOCKS[scheme]
+    case = next(c for c in SUITE.cases if c.name.startswith(f"DequantMatMulGguf-{scheme}-{m}x"))
+    t = case.thunk
+    arena = outcome.before
+    x = arena[t.x:t.x + 4 * t.m * t.k].view(np.float32).reshape(t.m, t.k).astype(np.float64)
+    w = oracle(scheme, arena[t.w_q:t.w_q + t.n * t.k // elems * nbytes]).reshape(t.n, t.k).astype(np.float64)
+    want = x @ w.T
+    got = outcome.output(case.name).reshape(t.m, t.n)
+    assert_close(got, want, rtol=1e-5, atol=1e-5 * np.abs(x) @ np.abs(w).T, what=case.name)
+
+
+# ── bad input ────────────────────────────────────────────────────────────────
+
+def matmul(scheme: str = "GgufQ4_0", **changes) -> T.DequantMatMulGguf:
+    fields = dict(x=0, w_q=4096, dst=8192, m=2, k=64, n=3, scheme=getattr(QuantScheme, scheme))
+    return T.DequantMatMulGguf(**(fields | changes))
+
+
+@pytest.mark.parametrize("scheme,k", [("GgufQ4_0", 48), ("GgufQ8_0", 33), ("GgufQ4K", 128), ("GgufQ6K", 300)])
+def test_k_not_a_whole_number_of_blocks_is_refused(scheme: str, k: int) -> None:
+    elems, _ = GGUF_BLOCKS[scheme]
+    err = expect_invalid(matmul(scheme, k=k), 1 << 14, "k", f"block size {elems}")
+    assert scheme in str(err)
+
+
+@pytest.mark.parametrize("scheme", ["GgufIQ2XXS", "GgufIQ3S", "GgufIQ1M", "GgufTQ1_0", "GgufMXFP4", "GgufQ1_0"])
+def test_schemes_not_decoded_are_refused_by_name(scheme: str) -> None:
+    elems, _ = GGUF_BLOCKS[scheme]
+    err = expect_invalid(matmul(scheme, k=elems), 1 << 14, "scheme", "not decoded")
+    assert scheme in str(err)
+
+
+def test_non_gguf_scheme_is_refused() -> None:
+    t = dataclasses.replace(matmul(), scheme=QuantScheme.Int8Block(block_size=32))
+    expect_invalid(t, 1 << 14, "scheme")
+
+
+def test_weight_buffer_too_short_is_refused() -> None:
+    """w_q needs n·k/32·18 = 3·2·18 = 108 bytes at 4096: an arena ending 1 byte short is refused."""
+    t = matmul(dst=0, x=256, w_q=4096)
+    expect_invalid(t, 4096 + 107, "w_q")
