@@ -22,6 +22,7 @@ FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
     "qgemm",
     "gguf",
     "scaled",
+    "quantize",
 )) + ("rlx_llvm.kernels.fallbacks",)
 
 

@@ -19,6 +19,7 @@ from . import attention, conv, elementwise, matmul, movement, norms, reductions
 from . import qgemm
 from . import gguf
 from . import scaled
+from . import quantize
 from .compare import assert_close, assert_outputs_match
 from .layout import (Buffer, Example, Values, bf16, example, ints, normal, pack, shift, side_by_side, spd, uniform,
                      well_conditioned)
@@ -35,6 +36,7 @@ FAMILIES: dict[str, Callable[[], list[Example]]] = {
     "qgemm": qgemm.qgemm,
     "gguf": gguf.gguf,
     "scaled": scaled.scaled,
+    "quantize": quantize.quantize,
 }
 
 
