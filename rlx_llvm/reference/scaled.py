@@ -160,23 +160,41 @@ def encode_scales(layout: ScaleLayout, s: np.ndarray) -> np.ndarray:
     return np.asarray(s, np.float32).view(np.uint8)
 
 
-def _scale_per_element(t, arena: np.ndarray) -> np.ndarray:
-    """`scale(block_of(i))` for every element of the `[rows, cols]` matrix, as f32."""
-    nbytes = scale_bytes(t.layout, t.rows, t.cols)
-    scales = decode_scales(t.layout, view(arena, t.scale, np.uint8, nbytes))
-    if t.layout.name == "PerTensor":
-        return np.full(t.rows * t.cols, scales[0], np.float32)
-    block = block_of(t.layout, t.cols)
-    per_row = scales.reshape(t.rows, cdiv(t.cols, block))
-    return np.repeat(per_row, block, axis=1)[:, :t.cols].reshape(-1)
+def scale_per_element(arena: np.ndarray, layout: ScaleLayout, offset: int, rows: int, cols: int) -> np.ndarray:
+    """`scale(block_of(i))` for every element of a `[rows, cols]` matrix, as f32."""
+    scales = decode_scales(layout, view(arena, offset, np.uint8, scale_bytes(layout, rows, cols)))
+    if layout.name == "PerTensor":
+        return np.full(rows * cols, scales[0], np.float32)
+    block = block_of(layout, cols)
+    per_row = scales.reshape(rows, cdiv(cols, block))
+    return np.repeat(per_row, block, axis=1)[:, :cols].reshape(-1)
+
+
+def dequantized(arena: np.ndarray, fmt: ScaledFormat, layout: ScaleLayout, codes: int, scale: int, rows: int,
+                cols: int) -> np.ndarray:
+    """f32 `decode(code)·scale(block)` of a `[rows, cols]` code matrix."""
+    with np.errstate(all="ignore"):
+        return decode(minifloat(fmt), view(arena, codes, np.uint8, rows * cols)) * \
+            scale_per_element(arena, layout, scale, rows, cols)
 
 
 @reference(T.ScaledDequantize)
 def scaled_dequantize(arena, t) -> None:
     """`decode(code)·scale(block)`."""
-    n = t.rows * t.cols
-    codes = view(arena, t.codes, np.uint8, n)
-    view(arena, t.dst, np.float32, n)[:] = decode(minifloat(t.fmt), codes) * _scale_per_element(t, arena)
+    view(arena, t.dst, np.float32, t.rows * t.cols)[:] = dequantized(arena, t.fmt, t.layout, t.codes, t.scale,
+                                                                     t.rows, t.cols)
+
+
+@reference(T.ScaledMatMul)
+def scaled_matmul(arena, t) -> None:
+    """`dequantized(lhs) · dequantized(rhs)ᵀ (+ bias)`, the dot products in float64."""
+    a = dequantized(arena, t.lhs_fmt, t.layout, t.lhs, t.lhs_scale, t.m, t.k).reshape(t.m, t.k)
+    w = dequantized(arena, t.rhs_fmt, t.layout, t.rhs, t.rhs_scale, t.n, t.k).reshape(t.n, t.k)
+    with np.errstate(all="ignore"):
+        out = a.astype(np.float64) @ w.astype(np.float64).T
+        if t.has_bias:
+            out += view(arena, t.bias, np.float32, t.n)
+    view(arena, t.dst, np.float32, t.m * t.n)[:] = out.reshape(-1).astype(np.float32)
 
 
 @reference(T.ScaledQuantize)
@@ -184,7 +202,7 @@ def scaled_quantize(arena, t) -> None:
     """`encode(x / scale(block))`."""
     n = t.rows * t.cols
     with np.errstate(all="ignore"):
-        q = view(arena, t.x, np.float32, n) / _scale_per_element(t, arena)
+        q = view(arena, t.x, np.float32, n) / scale_per_element(arena, t.layout, t.scale, t.rows, t.cols)
     view(arena, t.dst, np.uint8, n)[:] = encode(minifloat(t.fmt), q)
 
 

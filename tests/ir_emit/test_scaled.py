@@ -15,7 +15,7 @@ from rlx_llvm import thunks as T
 from rlx_llvm.ops import ScaledFormat as F, ScaleLayout as L
 from rlx_llvm.thunks.quant import scale_bytes
 from rlx_llvm.reference.scaled import FORMATS, Minifloat, e8m0_decode, e8m0_encode_up, minifloat
-from tests.harness import F32_SPECIALS, W, Suite, expect_invalid, suite_tests
+from tests.harness import F32_SPECIALS, W, Suite, assert_close, expect_invalid, suite_tests
 
 ML_DTYPES = {"F8E4M3": md.float8_e4m3fn, "F8E5M2": md.float8_e5m2, "F8E4M3Fnuz": md.float8_e4m3fnuz,
              "F8E5M2Fnuz": md.float8_e5m2fnuz, "F6E2M3": md.float6_e2m3fn, "F6E3M2": md.float6_e3m2fn,
@@ -97,7 +97,48 @@ def build() -> Suite:
                 s.add(f"ScaledDequantize-{tag}", T.ScaledDequantize(codes=codes, scale=scale,
                                                                     dst=s.slot(4 * rows * cols), **shape),
                       dtype=np.float32)
+    add_matmuls(s)
     return s
+
+
+MATMUL_SHAPES = ((1, 64, 37), (5, 45, 19), (13, 300, 70), (1, 1, 1), (4, 0, 5), (7, 1031, 2 * W + 3))
+MATMUL_FORMATS = ((F.F8E4M3, F.F8E4M3), (F.F8E5M2, F.F4E2M1), (CUSTOM, F.F6E2M3), (F.F8E4M3Fnuz, F.F8E5M2Fnuz))
+
+
+def finite_codes(s: Suite, fmt, count: int) -> np.ndarray:
+    """Random finite codes of both signs."""
+    f = minifloat(fmt)
+    return (s.rng.integers(0, f.max_code + 1, count) | (s.rng.integers(0, 2, count) << f.sign_shift)).astype(np.uint8)
+
+
+def dequantized(fmt, layout, codes: np.ndarray, scales: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """`decode(code)·scale` of test inputs (for the error bound)."""
+    from rlx_llvm.reference.scaled import block_of, decode, decode_scales
+    sc = decode_scales(layout, scales.reshape(-1).view(np.uint8))
+    per = np.repeat(sc.reshape(rows, -1), block_of(layout, cols), axis=1)[:, :cols] if layout.name != "PerTensor" \
+        else sc[0]
+    return decode(minifloat(fmt), codes).reshape(rows, cols).astype(np.float64) * per
+
+
+def add_matmuls(s: Suite) -> None:
+    """ScaledMatMul per format pair, layout and shape (tails, short blocks, several k-chunks), compared within
+    f32 rounding of Σ|a·b|."""
+    for (lf, rf), layout in zip(MATMUL_FORMATS * 2, LAYOUTS + (L.BlockMxE8M0(block=7),) * 3):
+        for m, k, n in MATMUL_SHAPES:
+            lhs, rhs = finite_codes(s, lf, m * k), finite_codes(s, rf, n * k)
+            ls, rs = scale_values(s, layout, m, k), scale_values(s, layout, n, k)
+            if layout.name != "PerTensor":
+                ls[(ls == 0xFF) | (ls == 0x7F)], rs[(rs == 0xFF) | (rs == 0x7F)] = 127, 0x38
+            bias = s.normal(n)
+            a, w = dequantized(lf, layout, lhs, ls, m, k), dequantized(rf, layout, rhs, rs, n, k)
+            bound = 1e-6 * (k + 2) * (np.abs(a) @ np.abs(w).T + np.abs(bias)).reshape(-1) + 1e-30
+            for has_bias in (True, False):
+                dst, o = s.out(np.float32, m * n)
+                t = T.ScaledMatMul(lhs=s.put(lhs), rhs=s.put(rhs), lhs_scale=s.put(ls), rhs_scale=s.put(rs),
+                                   bias=s.put(bias), dst=dst, m=m, k=k, n=n, lhs_fmt=lf, rhs_fmt=rf, layout=layout,
+                                   has_bias=has_bias)
+                s.add(f"ScaledMatMul-{lf!r}-{rf!r}-{layout!r}-{m}x{k}x{n}-bias{int(has_bias)}", t, [o],
+                      compare=lambda g, w_, bound=bound: assert_close(g, w_, 0.0, bound))
 
 
 SUITE = build()
