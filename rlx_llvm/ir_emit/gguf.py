@@ -29,6 +29,8 @@ from .context import EmitContext
 from .toolkit import F16, F32, FASTMATH, I16, I32, I64, I8, PTR, carried_loop, const, splat, vec
 
 MR = 4              # rows of x sharing one decoded chunk
+NR = 2              # weight rows decoded together (their chunks share each load of x)
+ACCUMULATORS = 4    # independent accumulator chains a tile should have at least
 MAX_CHUNK = 16      # lanes of one decoded chunk: the smallest scale group (Q2_K, Q3_K, Q6_K)
 PAR_BYTES = 1 << 15  # packed weight bytes a thread should get before rows of W are split
 IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
@@ -291,35 +293,47 @@ def check_gguf(t: T.DequantMatMulGguf) -> None:
                               f"({nbytes} bytes per block)", field="k")
 
 
-def row_tile(ctx: EmitContext, t: T.DequantMatMulGguf, j: ir.Value, row: ir.Value, rows: int) -> None:
-    """`dst[row + r, j]` for r < rows: every block of weight row j decoded once into registers and
-    multiplied into each row's accumulator."""
+def tile(ctx: EmitContext, t: T.DequantMatMulGguf, j: ir.Value, cols: int, row: ir.Value, rows: int) -> None:
+    """`dst[row + r, j + c]` for r < rows, c < cols: every block of weight rows `j…j + cols` decoded
+    once into registers and multiplied into each x row's accumulators (`chains` independent ones
+    per output when the tile alone is too small to hide the FMA latency)."""
     b, name = ctx.b, scheme_name(t)
     elems, nbytes = GGUF_BLOCKS[name]
     width, blocks = chunk_width(ctx.lanes), t.k // elems
-    w_row = ctx.addr(t.w_q, b.mul(j, I64(blocks * nbytes)))
+    w_rows = [ctx.addr(t.w_q, b.mul(b.add(j, I64(c)), I64(blocks * nbytes))) for c in range(cols)]
     x_rows = [ctx.addr(t.x, b.mul(b.add(row, I64(r)), I64(t.k)), 4) for r in range(rows)]
-    chains = max(1, min(elems // width, 4 // rows))   # independent accumulators per row
+    chains = max(1, min(elems // width, ACCUMULATORS // (rows * cols)))
+    slots = [(r, c) for r in range(rows) for c in range(cols)]
 
     def step(blk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-        ptr = b.gep(w_row, [b.mul(blk, I64(nbytes))], source_etype=I8, inbounds=True)
-        first = b.mul(blk, I64(elems))
-        accs = list(accs)
-        for c, w in enumerate(decode_block(b, name, ptr, width)):
-            at = b.add(first, I64(c * width))
-            for r in range(rows):
-                x = ctx.load(0, F32, at, width, base=x_rows[r])
-                slot = r * chains + c % chains
-                accs[slot] = b.fadd(accs[slot], b.fmul(x, w, flags=FASTMATH), flags=FASTMATH)
+        first, accs = b.mul(blk, I64(elems)), list(accs)
+        chunks = [decode_block(b, name, b.gep(w, [b.mul(blk, I64(nbytes))], source_etype=I8, inbounds=True), width)
+                  for w in w_rows]
+        for e in range(elems // width):
+            xs = [ctx.load(0, F32, b.add(first, I64(e * width)), width, base=x) for x in x_rows]
+            for s, (r, c) in enumerate(slots):
+                at = s * chains + e % chains
+                accs[at] = b.fadd(accs[at], b.fmul(xs[r], chunks[c][e], flags=FASTMATH), flags=FASTMATH)
         return accs
 
     zero = const(F32, 0.0, width)
-    accs = carried_loop(ctx, 0, blocks, 1, [zero] * (rows * chains), step, name="blk")
-    for r in range(rows):
-        total = accs[r * chains]
-        for extra in accs[r * chains + 1:(r + 1) * chains]:
+    accs = carried_loop(ctx, 0, blocks, 1, [zero] * (len(slots) * chains), step, name="blk")
+    for s, (r, c) in enumerate(slots):
+        total = accs[s * chains]
+        for extra in accs[s * chains + 1:(s + 1) * chains]:
             total = b.fadd(total, extra, flags=FASTMATH)
-        ctx.store(t.dst, horizontal_sum(ctx, total), b.add(b.mul(b.add(row, I64(r)), I64(t.n)), j))
+        at = b.add(b.mul(b.add(row, I64(r)), I64(t.n)), b.add(j, I64(c)))
+        ctx.store(t.dst, horizontal_sum(ctx, total), at)
+
+
+def column_tile(ctx: EmitContext, t: T.DequantMatMulGguf, j: ir.Value, cols: int) -> None:
+    """Every row of x against weight rows `j…j + cols`: `MR`-row tiles, then single rows."""
+    full = t.m - t.m % MR
+    if full:
+        with ctx.for_range(0, full, MR, name="rows") as row:
+            tile(ctx, t, j, cols, row, MR)
+    for r in range(full, t.m):
+        tile(ctx, t, j, cols, I64(r), 1)
 
 
 def horizontal_sum(ctx: EmitContext, v: ir.Value) -> ir.Value:
@@ -341,12 +355,11 @@ def dequant_matmul_gguf(ctx: EmitContext, t: T.DequantMatMulGguf) -> None:
     row_bytes = t.k // elems * nbytes
 
     def columns(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        full = t.m - t.m % MR
-        with sub.for_range(start, stop, name="j") as j:
-            if full:
-                with sub.for_range(0, full, MR, name="rows") as row:
-                    row_tile(sub, t, j, row, MR)
-            for r in range(full, t.m):
-                row_tile(sub, t, j, I64(r), 1)
+        b = sub.b
+        full = b.add(start, b.mul(b.udiv(b.sub(stop, start), I64(NR)), I64(NR)))
+        with sub.for_range(start, full, NR, name="j") as j:
+            column_tile(sub, t, j, NR)
+        with sub.for_range(full, stop, name="j") as j:
+            column_tile(sub, t, j, 1)
 
-    ctx.parallel_for(t.n, columns, min_work=max(1, PAR_BYTES // max(1, row_bytes * t.m)))
+    ctx.parallel_for(t.n, columns, grain=NR, min_work=max(1, PAR_BYTES // max(1, row_bytes * t.m)))
