@@ -28,9 +28,11 @@ from llvmlite import ir
 from .. import thunks as T
 from ..errors import ValidationError
 from ..registry import lowering
-from .context import EmitContext
+from ..jit import host
+from .context import EmitContext, ScratchRef, pointer
 from .conv import FLAT, Axis, _check_conv_geometry, split_index
-from .toolkit import F64, I32, I64, I8, call_intrinsic, carried_loop, const, iadd, imul, scratch_ptr, splat, vec
+from .toolkit import (F64, I16, I32, I64, I8, Index, as_value, call_intrinsic, carried_loop, const, copy_bytes,
+                      entry_alloca, iadd, imul, scratch_ptr, splat, splat_like, vec, vec_like, zero_bytes)
 
 MR = 4          # rows of the register tile
 I8_RANGE = (-128, 127)
@@ -67,19 +69,24 @@ def check_qconv2d(t: T.QConv2d) -> None:
 
 # ── the kernel ───────────────────────────────────────────────────────────────
 
+# `pmaddwd` by i32 lanes: (host feature, intrinsic); narrower tails use the portable form.
+PAIR_MADD = {16: ("+avx512bw", "llvm.x86.avx512.pmaddw.d.512"), 8: ("+avx2", "llvm.x86.avx2.pmadd.wd"),
+             4: ("+sse2", "llvm.x86.sse2.pmadd.wd")}
+
+
 @dataclass(frozen=True)
 class QGemm:
-    """`out[i, j] = rq(bias + (a − a_zp)·(b − b_zp))` on pointers: `a [·, k]`, `b [k, n]`, `out [·, n]`;
-    `bias` int32 per column, or per row when `bias_per_row`."""
+    """`out[i, j] = rq(bias + Σ_p a[i, p]·b[p, j])` over operands packed by `pack_rows`/`pack_pairs`
+    (centred int16, k in pairs): `a [·, 2·k2]`, `b [k2, n_pad, 2]` (zero columns past n),
+    `out [·, n]` int8; `bias` int32 per column (`n_pad` of them), or per row when `bias_per_row`."""
 
     a: ir.Value
     b: ir.Value
     bias: ir.Value
     out: ir.Value
     n: int
-    k: int
-    a_zp: int
-    b_zp: int
+    n_pad: int
+    k2: int
     out_zp: int
     mult: float
     bias_per_row: bool = False
@@ -99,67 +106,131 @@ def column_blocks(n: int, widest: int) -> Iterator[tuple[int, int, int]]:
             main += w
 
 
-def widened(ctx: EmitContext, ptr: ir.Value, index: ir.Value, width: int, zp: int) -> ir.Value:
-    """`width` int8 elements from `ptr[index]`, sign-extended to int32, minus the zero point."""
+def as_vector(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """`x` itself if a vector, else `<1 x T>`."""
+    if isinstance(x.type, ir.VectorType):
+        return x
+    return b.insert_element(ir.Constant(ir.VectorType(x.type, 1), None), x, I32(0))
+
+
+def centred(ctx: EmitContext, ptr: ir.Value, index: Index, width: int, zp: int) -> ir.Value:
+    """`width` int8 elements from `ptr[index]`, sign-extended to int16, minus the zero point (|·| ≤ 255)."""
     b = ctx.b
-    raw = b.sext(ctx.load(0, I8, index, width, base=ptr), vec(I32, width))
-    return b.sub(raw, const(I32, zp, width))
+    raw = b.sext(ctx.load(0, I8, index, width, base=ptr), vec(I16, width))
+    return b.sub(raw, const(I16, zp, width))
+
+
+def pack_rows(ctx: EmitContext, src: ir.Value, rows: Index, k: int, zp: int, dst: ir.Value) -> None:
+    """`dst[i, p] = src[i, p] − zp` as int16 rows of `2·⌈k/2⌉` (an odd k padded with 0)."""
+    b, k2 = ctx.b, (k + 1) // 2
+    with ctx.for_range(0, rows, name="arow") as i:
+        for start, stop, width in column_blocks(k, 2 * ctx.lanes):
+            with ctx.for_range(start, stop, width, name="acol") as p:
+                ctx.store(0, centred(ctx, src, b.add(imul(b, i, k), p), width, zp), b.add(imul(b, i, 2 * k2), p),
+                          base=dst)
+        if k % 2:
+            ctx.store(0, I16(0), iadd(b, imul(b, i, 2 * k2), k), base=dst)
+
+
+def pack_pairs(ctx: EmitContext, src: ir.Value, k: int, n: int, zp: int, dst: ir.Value) -> None:
+    """`dst[p2, j] = (src[2·p2, j] − zp, src[2·p2 + 1, j] − zp)` as int16 pairs in rows of `padded(ctx, n)`
+    pairs, zero past column n (an odd k's last pair ends in 0)."""
+    b, n_pad = ctx.b, padded(ctx, n)
+
+    def pair_row(p2: Index, second: bool) -> None:
+        for start, stop, width in column_blocks(n, 2 * ctx.lanes):
+            with ctx.for_range(start, stop, width, name="bcol") as j:
+                lo = as_vector(b, centred(ctx, src, iadd(b, imul(b, p2, 2 * n), j), width, zp))
+                hi = (as_vector(b, centred(ctx, src, iadd(b, iadd(b, imul(b, p2, 2 * n), n), j), width, zp))
+                      if second else ir.Constant(lo.type, [I16(0)] * width))
+                zipped = ir.Constant(ir.VectorType(I32, 2 * width), [I32(i // 2 + (i % 2) * width)
+                                                                      for i in range(2 * width)])
+                ctx.store(0, b.shuffle_vector(lo, hi, zipped), b.mul(iadd(b, imul(b, p2, n_pad), j), I64(2)), base=dst)
+        zero_bytes(ctx, ctx.addr(0, iadd(b, imul(b, p2, 4 * n_pad), 4 * n), base=dst), 4 * (n_pad - n))
+
+    with ctx.for_range(0, k // 2, name="pair") as p2:
+        pair_row(p2, True)
+    if k % 2:
+        pair_row(k // 2, False)
+
+
+def madd_pairs(ctx: EmitContext, x: ir.Value, y: ir.Value) -> ir.Value:
+    """Lane j = `x[2j]·y[2j] + x[2j+1]·y[2j+1]` in int32 (`pmaddwd` where the host has it)."""
+    b, width = ctx.b, x.type.count // 2
+    feature, name = PAIR_MADD.get(width, ("", ""))
+    if name and feature in host().features.split(","):
+        return call_intrinsic(ctx, name, [x, y], ret=ir.VectorType(I32, width))
+
+    def lanes(v: ir.Value, parity: int) -> ir.Value:
+        if width == 1:
+            return b.sext(b.extract_element(v, I32(parity)), I32)
+        pick = ir.Constant(ir.VectorType(I32, width), [I32(2 * j + parity) for j in range(width)])
+        return b.sext(b.shuffle_vector(v, ir.Constant(v.type, None), pick), vec(I32, width))
+
+    return b.add(b.mul(lanes(x, 0), lanes(y, 0)), b.mul(lanes(x, 1), lanes(y, 1)))
 
 
 def requantize(ctx: EmitContext, acc: ir.Value, mult: float, out_zp: int) -> ir.Value:
     """int32 lanes → int8: `clamp(roundeven(f64(acc)·f64(mult) + out_zp), −128, 127)`, `mult` the f32
     field's value (no fused multiply-add: the product is rounded to float64 first, as in NumPy)."""
-    b, w = ctx.b, (acc.type.count if isinstance(acc.type, ir.VectorType) else 1)
-    scale = const(F64, float(np.float32(mult)), w)
-    real = b.fadd(b.fmul(b.sitofp(acc, vec(F64, w)), scale), const(F64, out_zp, w))
+    b = ctx.b
+    real = b.sitofp(acc, vec_like(acc, F64))
+    real = b.fadd(b.fmul(real, splat_like(real, float(np.float32(mult)))), splat_like(real, out_zp))
     rounded = call_intrinsic(ctx, "llvm.roundeven", [real])
     low, high = I8_RANGE
-    clamped = call_intrinsic(ctx, "llvm.maxnum", [call_intrinsic(ctx, "llvm.minnum", [rounded, const(F64, high, w)]),
-                                                  const(F64, low, w)])
-    return b.trunc(b.fptosi(clamped, vec(I32, w)), vec(I8, w))
+    clamped = call_intrinsic(ctx, "llvm.maxnum", [call_intrinsic(ctx, "llvm.minnum", [rounded, splat_like(real, high)]),
+                                                  splat_like(real, low)])
+    return b.trunc(b.fptosi(clamped, acc.type), vec_like(acc, I8))
 
 
-def tile(ctx: EmitContext, q: QGemm, row: ir.Value, rows: int, col: "ir.Value | int", width: int) -> None:
-    """Rows `[row, row + rows)` × columns `[col, col + width)`: int32 accumulators over all of k,
-    then bias, requantization and int8 stores."""
-    b = ctx.b
+def tile(ctx: EmitContext, q: QGemm, row: ir.Value, rows: int, col: Index, keep: int) -> None:
+    """Rows `[row, row + rows)` × the `2W` columns from `col`: int32 accumulators (one per row and
+    vector register) over all k pairs, then bias, requantization, and the first `keep` columns
+    stored as int8 (a partial tile goes through a stack buffer: nothing past column n is written)."""
+    b, reg = ctx.b, ctx.lanes
+    chunks = (0, reg)
 
-    def step(p: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-        bv = widened(ctx, q.b, iadd(b, imul(b, p, q.n), col), width, q.b_zp)
-        av = [widened(ctx, q.a, iadd(b, imul(b, iadd(b, row, r), q.k), p), 1, q.a_zp) for r in range(rows)]
-        return [b.add(acc, b.mul(splat(b, a, width) if width > 1 else a, bv)) for acc, a in zip(accs, av)]
+    def step(p2: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+        bv = [ctx.load(0, I16, b.mul(iadd(b, iadd(b, imul(b, p2, q.n_pad), col), c), I64(2)), 2 * reg, base=q.b)
+              for c in chunks]
+        new = []
+        for r in range(rows):
+            pair = ctx.load(0, I32, iadd(b, imul(b, iadd(b, row, r), q.k2), p2), base=q.a)
+            av = b.bitcast(splat(b, pair, reg), ir.VectorType(I16, 2 * reg))
+            new += [b.add(accs[2 * r + ci], madd_pairs(ctx, av, bvc)) for ci, bvc in enumerate(bv)]
+        return new
 
-    accs = carried_loop(ctx, 0, q.k, 1, [const(I32, 0, width)] * rows, step, name="p")
-    for r, acc in enumerate(accs):
+    accs = carried_loop(ctx, 0, q.k2, 1, [const(I32, 0, reg)] * (2 * rows), step, name="p")
+    staging = None if keep == 2 * reg else entry_alloca(ctx, ir.VectorType(I8, 2 * reg), "partial")
+    for r in range(rows):
         i = iadd(b, row, r)
-        if q.bias_per_row:
-            bias = ctx.load(0, I32, i, base=q.bias)
-            bias = splat(b, bias, width) if width > 1 else bias
+        bias = [splat(b, ctx.load(0, I32, i, base=q.bias), reg) if q.bias_per_row
+                else ctx.load(0, I32, iadd(b, col, c), reg, base=q.bias) for c in chunks]
+        lo, hi = (requantize(ctx, b.add(acc, bv), q.mult, q.out_zp) for acc, bv in zip(accs[2 * r:2 * r + 2], bias))
+        out = b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, 2 * reg), [I32(j) for j in range(2 * reg)]))
+        at = iadd(b, imul(b, i, q.n), col)
+        if staging is None:
+            ctx.store(0, out, at, base=q.out)
         else:
-            bias = ctx.load(0, I32, as_index(col), width, base=q.bias)
-        out = requantize(ctx, b.add(acc, bias), q.mult, q.out_zp)
-        ctx.store(0, out, iadd(b, imul(b, i, q.n), col), base=q.out)
-
-
-def as_index(x: "ir.Value | int") -> ir.Value:
-    """An i64 index value."""
-    return I64(x) if isinstance(x, int) else x
+            b.store(out, staging)
+            copy_bytes(ctx, ctx.addr(0, at, base=q.out), staging, keep)
 
 
 def row_block(ctx: EmitContext, q: QGemm, row: ir.Value, rows: int) -> None:
-    """Every column of rows `[row, row + rows)`: two-register tiles, then the narrowing tails."""
-    for start, stop, width in column_blocks(q.n, 2 * ctx.lanes):
-        if stop - start > width:
-            with ctx.for_range(start, stop, width, name="col") as col:
-                tile(ctx, q, row, rows, col, width)
-        else:
-            tile(ctx, q, row, rows, start, width)
+    """Every column of rows `[row, row + rows)`: whole `2W` tiles, then one partial tile."""
+    wide = 2 * ctx.lanes
+    main = q.n - q.n % wide
+    if main:
+        with ctx.for_range(0, main, wide, name="col") as col:
+            tile(ctx, q, row, rows, col, wide)
+    if main < q.n:
+        tile(ctx, q, row, rows, main, q.n - main)
 
 
-def qgemm_rows(ctx: EmitContext, q: QGemm, start: "ir.Value | int", stop: "ir.Value | int") -> None:
+def qgemm_rows(ctx: EmitContext, q: QGemm, start: Index, stop: Index) -> None:
     """Rows `[start, stop)` of the int8 GEMM: `MR`-row tiles, then the last rows one at a time."""
     b = ctx.b
-    start, stop = as_index(start), as_index(stop)
+    start, stop = as_value(start), as_value(stop)
     full = b.add(start, b.mul(b.sdiv(b.sub(stop, start), I64(MR)), I64(MR)))
     with ctx.for_range(start, full, MR, name="rows") as row:
         row_block(ctx, q, row, MR)
@@ -167,17 +238,34 @@ def qgemm_rows(ctx: EmitContext, q: QGemm, start: "ir.Value | int", stop: "ir.Va
         row_block(ctx, q, row, 1)
 
 
+def packed_bytes(rows: int, k: int) -> int:
+    """Bytes of `rows` int16 rows of `2·⌈k/2⌉` (at least 1)."""
+    return max(1, rows * 2 * ((k + 1) // 2) * 2)
+
+
+def padded(ctx: EmitContext, n: int) -> int:
+    """`n` rounded up to whole `2W` tiles."""
+    return -(-n // (2 * ctx.lanes)) * 2 * ctx.lanes
+
+
 # ── QMatMul ──────────────────────────────────────────────────────────────────
 
 @lowering(T.QMatMul, check=check_qmatmul)
 def qmatmul(ctx: EmitContext, t: T.QMatMul) -> None:
-    """`out = rq(bias + (x − x_zp)·(w − w_zp))`, rows of `x` split across threads."""
+    """Pack `x − x_zp` and `w − w_zp` as int16 k-pairs in scratch, then the tiles; rows split across threads."""
     if t.m == 0 or t.n == 0:
         return
+    n_pad = padded(ctx, t.n)
+    a16, b16 = ctx.scratch_alloc(packed_bytes(t.m, t.k)), ctx.scratch_alloc(packed_bytes(n_pad, t.k))
+    bias = ctx.scratch_alloc(4 * n_pad)
+    pack_rows(ctx, ctx.addr(t.x), t.m, t.k, t.x_zp, scratch_ptr(ctx, a16))
+    pack_pairs(ctx, ctx.addr(t.w), t.k, t.n, t.w_zp, scratch_ptr(ctx, b16))
+    copy_bytes(ctx, scratch_ptr(ctx, bias), ctx.addr(t.bias), 4 * t.n)
+    zero_bytes(ctx, scratch_ptr(ctx, bias + 4 * t.n), 4 * (n_pad - t.n))
 
     def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        q = QGemm(sub.addr(t.x), sub.addr(t.w), sub.addr(t.bias), sub.addr(t.out), t.n, t.k,
-                  t.x_zp, t.w_zp, t.out_zp, t.mult)
+        q = QGemm(*(pointer(sub, ScratchRef(off)) for off in (a16, b16, bias)), sub.addr(t.out),
+                  t.n, n_pad, (t.k + 1) // 2, t.out_zp, t.mult)
         qgemm_rows(sub, q, start, stop)
 
     ctx.parallel_for(t.m, rows, grain=MR, min_work=max(1, PAR_MACS // max(1, t.n * t.k)))
@@ -213,18 +301,23 @@ def qconv2d(ctx: EmitContext, t: T.QConv2d) -> None:
         return
     direct = t.kh == t.kw == t.sh == t.sw == 1 and t.ph == t.pw == 0
 
+    w16 = ctx.scratch_alloc(packed_bytes(t.c_out, k))
+    pack_rows(ctx, ctx.addr(t.w), t.c_out, k, t.w_zp, scratch_ptr(ctx, w16))
+
     def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
         b = sub.b
         col = None if direct else scratch_ptr(sub, sub.scratch_alloc(max(1, k * p)))
+        col16 = scratch_ptr(sub, sub.scratch_alloc(packed_bytes(padded(ctx, p), k)))
         with sub.for_range(start, stop, name="item") as item:
             i, g = split_index(b, item, groups)
             x = sub.addr(t.x, b.add(imul(b, i, t.c_in * t.h * t.w_in), imul(b, g, cin_g * t.h * t.w_in)))
             if col is not None:
                 im2col_i8(sub, t, x, col)
-            q = QGemm(sub.addr(t.w, imul(b, g, cout_g * k)), x if col is None else col,
+            pack_pairs(sub, x if col is None else col, k, p, t.x_zp, col16)
+            q = QGemm(sub.addr(0, imul(b, g, cout_g * packed_bytes(1, k)), base=pointer(sub, ScratchRef(w16))), col16,
                       sub.addr(t.bias, imul(b, g, cout_g), 4),
-                      sub.addr(t.out, b.add(imul(b, i, t.c_out * p), imul(b, g, cout_g * p))), p, k,
-                      t.w_zp, t.x_zp, t.out_zp, t.mult, bias_per_row=True)
+                      sub.addr(t.out, b.add(imul(b, i, t.c_out * p), imul(b, g, cout_g * p))), p, padded(ctx, p), (k + 1) // 2,
+                      t.out_zp, t.mult, bias_per_row=True)
             qgemm_rows(sub, q, 0, cout_g)
 
     ctx.parallel_for(items, body, min_work=max(1, PAR_MACS // max(1, cout_g * k * p)))
