@@ -8,6 +8,10 @@ vector loop inside each with the channel's parameters splatted.
 
 * **Quantize**: `q = clamp(round_half_away(x·(1/scale[c])) + zp[c], −128, 127)`, a NaN product → `zp[c]`.
 * **Dequantize**: `x = f32(q − zp[c])·scale[c]`.
+* **FakeQuantize**: a per-channel scale `s[c]` first (PerBatch `max(maxabs/q_max, 1e-12)`, EMA blending
+  that into the state it writes back, Fixed `max(state, 1e-12)`), then
+  `out = clamp(round_half_away(x/s), ±q_max)·s` (NaN stays NaN).
+* **FakeQuantizeBackward**: the PerBatch scale again, then `dx` by the straight-through estimator.
 """
 from __future__ import annotations
 
@@ -18,13 +22,17 @@ import numpy as np
 from llvmlite import ir
 
 from .. import thunks as T
+from ..ops import ScaleMode, SteKind
 from ..errors import ValidationError
 from ..registry import lowering
 from . import vecmath as vm
 from .context import EmitContext
-from .toolkit import F32, I8, I32, I64, imul, splat, vec, vec_like
+from .rows import MAX, Combine, reduce_row
+from .toolkit import F32, I8, I32, I64, carried_loop, iadd, imul, splat, splat_like, vec, vec_like
 
 I8_RANGE = (-128, 127)
+Q_MAX = {8: 127.0, 4: 7.0, 2: 1.0}   # fake-quantization range ±q_max by bit width
+MIN_SCALE = 1e-12                    # the floor of every fake-quantization scale
 PAR_ELEMS = 1 << 15   # elements a thread should get before segments are split across threads
 
 Segment = Callable[[EmitContext, ir.Value, ir.Value], None]   # (ctx, channel, first element)
@@ -147,3 +155,138 @@ def dequantize(ctx: EmitContext, t: T.Dequantize) -> None:
         sub.vector_loop(t.inner, body)
 
     for_each_segment(ctx, t, segment)
+
+
+# ── fake quantization: the scale ─────────────────────────────────────────────
+
+def check_fake(t) -> None:
+    """Per-channel layout and a bit width with a known range (8, 4 or 2)."""
+    check_channels(t)
+    if t.bits not in Q_MAX:
+        raise ValidationError(f"bits = {t.bits} is not one of 8, 4, 2", field="bits")
+
+
+def check_fake_quantize(t: T.FakeQuantize) -> None:
+    """FakeQuantize: `check_fake`, a state buffer for EMA and Fixed, a finite EMA decay."""
+    check_fake(t)
+    if t.scale_mode != ScaleMode.PerBatch and t.state_off is None:
+        raise ValidationError(f"scale_mode {t.scale_mode!r} needs a state buffer", field="state_off")
+    if isinstance(t.scale_mode, ScaleMode.EMA) and not math.isfinite(t.scale_mode.decay):
+        raise ValidationError(f"EMA decay {t.scale_mode.decay} is not finite", field="scale_mode")
+
+
+def f32c(value: float) -> ir.Constant:
+    """An f32 constant holding `value` rounded to f32."""
+    return ir.Constant(F32, float(np.float32(value)))
+
+
+def channel_total(ctx: EmitContext, t, c: ir.Value, terms: Callable[[ir.Value, int], ir.Value], op: Combine
+                  ) -> ir.Value:
+    """`op` over `terms(i, w)` for every element `i` of channel `c` (segment by segment)."""
+    b = ctx.b
+
+    def segment(o: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+        first = imul(b, iadd(b, imul(b, o, t.chan_dim), c), t.inner)
+        [part] = reduce_row(ctx, t.inner, lambda j, w: [terms(iadd(b, first, j), w)], [op])
+        return [op(ctx, acc[0], part)]
+
+    return carried_loop(ctx, 0, t.len // (t.chan_dim * t.inner), 1, [f32c(op.identity)], segment, name="outer")[0]
+
+
+def batch_scale(ctx: EmitContext, t, c: ir.Value) -> ir.Value:
+    """`max(maxabs/q_max, 1e-12)` over channel `c` of `x` (NaN ignored, as Rust's `f32::max`)."""
+    b = ctx.b
+    maxabs = channel_total(ctx, t, c, lambda i, w: vm.fabs(b, ctx.load(t.x, F32, i, w)), MAX)
+    maxabs = vm.maxnum(b, maxabs, f32c(0.0))
+    return vm.maxnum(b, b.fdiv(maxabs, f32c(Q_MAX[t.bits])), f32c(MIN_SCALE))
+
+
+def tracked_scale(ctx: EmitContext, t: T.FakeQuantize, c: ir.Value) -> ir.Value:
+    """FakeQuantize's scale of channel `c` under its ScaleMode (EMA writes the state back)."""
+    b, mode = ctx.b, t.scale_mode
+    if mode == ScaleMode.PerBatch:
+        return batch_scale(ctx, t, c)
+    state = ctx.load(t.state_off, F32, c)
+    if mode == ScaleMode.Fixed:
+        return vm.maxnum(b, state, f32c(MIN_SCALE))
+    current = batch_scale(ctx, t, c)
+    decay = np.float32(mode.decay)
+    blended = b.fadd(b.fmul(f32c(decay), state), b.fmul(f32c(np.float32(1.0) - decay), current))
+    new = b.select(b.fcmp_ordered("<=", state, f32c(0.0)), current, blended)
+    ctx.store(t.state_off, new, c)
+    return new
+
+
+def scales_in_scratch(ctx: EmitContext, t, scale_of: Callable[[ir.Value], ir.Value]) -> int:
+    """Per-thread-scratch offset of `chan_dim` f32 scales, `scale_of(c)` each."""
+    at = ctx.scratch_alloc(4 * t.chan_dim)
+    with ctx.for_range(0, t.chan_dim, name="chan") as c:
+        ctx.store(at, scale_of(c), c, base=ctx.scratch)
+    return at
+
+
+def for_each_scaled_segment(ctx: EmitContext, t, scales: int,
+                            lanes: Callable[[EmitContext, ir.Value, ir.Value, int], None]) -> None:
+    """`lanes(ctx, s, i, w)` over every element, `s` the splatted scale of its channel, read from the
+    scales the calling thread put in scratch at `scales`."""
+    def segment(sub: EmitContext, c: ir.Value, first: ir.Value) -> None:
+        scale = sub.load(scales, F32, c, base=sub.shared)
+        sub.vector_loop(t.inner, lambda j, w: lanes(sub, splat(sub.b, scale, w), sub.b.add(first, j), w))
+
+    for_each_segment(ctx, t, segment)
+
+
+# ── fake quantization: forward and backward ─────────────────────────────────
+
+def fake_quantize_lanes(b: ir.IRBuilder, x: ir.Value, s: ir.Value, q_max: float) -> ir.Value:
+    """`clamp(round_half_away(x/s), −q_max, q_max)·s`, a NaN passing through."""
+    return b.fmul(vm.clamp_nan_keep(b, vm.round_half_away(b, b.fdiv(x, s)), -q_max, q_max), s)
+
+
+@lowering(T.FakeQuantize, check=check_fake_quantize)
+def fake_quantize(ctx: EmitContext, t: T.FakeQuantize) -> None:
+    """Per-channel scales (per its ScaleMode), then quantize-dequantize every element."""
+    scales = scales_in_scratch(ctx, t, lambda c: tracked_scale(ctx, t, c))
+
+    def lanes(sub: EmitContext, s: ir.Value, i: ir.Value, w: int) -> None:
+        sub.store(t.out, fake_quantize_lanes(sub.b, sub.load(t.x, F32, i, w), s, Q_MAX[t.bits]), i)
+
+    for_each_scaled_segment(ctx, t, scales, lanes)
+
+
+def as_f32(b: ir.IRBuilder, flag: ir.Value) -> ir.Value:
+    """1.0 where `flag` holds, else 0.0."""
+    return b.uitofp(flag, vec_like(flag, F32))
+
+
+def ste_factor(b: ir.IRBuilder, ste: SteKind, x: ir.Value, s: ir.Value, q_max: float) -> ir.Value:
+    """The straight-through derivative `d out/d x` of FakeQuantize at `x` with scale `s` (semantics.md §2.9)."""
+    if ste is SteKind.ClippedIdentity:
+        return as_f32(b, b.fcmp_ordered("<=", vm.fabs(b, x), b.fmul(splat_like(s, q_max), s)))
+    if ste is SteKind.Tanh:
+        th = vm.tanh(b, b.fdiv(x, s))
+        return b.fsub(splat_like(x, 1.0), b.fmul(th, th))
+    assert ste is SteKind.HardTanh, ste
+    ramp = b.fsub(splat_like(x, 1.0), vm.fabs(b, b.fdiv(x, b.fmul(splat_like(s, q_max), s))))
+    return vm.maxnum(b, splat_like(x, 0.0), ramp)
+
+
+@lowering(T.FakeQuantizeBackward, check=check_fake)
+def fake_quantize_backward(ctx: EmitContext, t: T.FakeQuantizeBackward) -> None:
+    """`dx = dy` (Identity), else `dy·ste(x, s)` with the forward's PerBatch scale `s`."""
+    if t.ste is SteKind.Identity:
+        def copy(sub: EmitContext, c: ir.Value, first: ir.Value) -> None:
+            def body(j: ir.Value, w: int) -> None:
+                i = sub.b.add(first, j)
+                sub.store(t.dx, sub.load(t.dy, F32, i, w), i)
+            sub.vector_loop(t.inner, body)
+        for_each_segment(ctx, t, copy)
+        return
+    scales = scales_in_scratch(ctx, t, lambda c: batch_scale(ctx, t, c))
+
+    def lanes(sub: EmitContext, s: ir.Value, i: ir.Value, w: int) -> None:
+        b = sub.b
+        factor = ste_factor(b, t.ste, sub.load(t.x, F32, i, w), s, Q_MAX[t.bits])
+        sub.store(t.dx, b.fmul(sub.load(t.dy, F32, i, w), factor), i)
+
+    for_each_scaled_segment(ctx, t, scales, lanes)

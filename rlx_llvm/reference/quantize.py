@@ -10,7 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import thunks as T
+from ..ops import ScaleMode, SteKind
 from . import reference, view
+
+Q_MAX = {8: 127.0, 4: 7.0, 2: 1.0}
+MIN_SCALE = np.float32(1e-12)
 
 
 def by_channel(arena: np.ndarray, t, offset: int, dtype=np.float32) -> np.ndarray:
@@ -47,3 +51,64 @@ def dequantize(arena: np.ndarray, t: T.Dequantize) -> None:
     q = by_channel(arena, t, t.q, np.int8).astype(np.int32)
     centered = (q - per_channel(np.int32(t.zero_points))).astype(np.float32)
     by_channel(arena, t, t.x)[:] = centered * per_channel(np.float32(t.scales))
+
+
+def clamp_keep_nan(v: np.ndarray, q_max: float) -> np.ndarray:
+    """Rust `f32::clamp(v, −q_max, q_max)`: NaN stays NaN."""
+    return np.where(v < -q_max, -q_max, np.where(v > q_max, q_max, v))
+
+
+def batch_scale(x: np.ndarray, bits: int) -> np.ndarray:
+    """Per channel `max(maxabs/q_max, 1e-12)` in f32, NaN ignored (Rust `f32::max`), shaped `[1, C, 1]`."""
+    maxabs = np.fmax.reduce(np.abs(x), axis=(0, 2), initial=np.float32(0.0)).astype(np.float32)
+    return per_channel(np.fmax(maxabs / np.float32(Q_MAX[bits]), MIN_SCALE))
+
+
+def tracked_scale(arena: np.ndarray, t: T.FakeQuantize, x: np.ndarray) -> np.ndarray:
+    """FakeQuantize's per-channel scale under its ScaleMode; EMA writes the blended state back."""
+    mode = t.scale_mode
+    if mode == ScaleMode.PerBatch:
+        return batch_scale(x, t.bits)
+    state = view(arena, t.state_off, np.float32, t.chan_dim)
+    if mode == ScaleMode.Fixed:
+        return per_channel(np.fmax(state, MIN_SCALE))
+    current = batch_scale(x, t.bits).reshape(-1)
+    decay = np.float32(mode.decay)
+    blended = decay * state + (np.float32(1.0) - decay) * current
+    state[:] = np.where(state <= 0, current, blended)
+    return per_channel(state.copy())
+
+
+def fake_quantized(x: np.ndarray, s: np.ndarray, bits: int) -> np.ndarray:
+    """`clamp(round_half_away(x/s), ±q_max)·s` in f32."""
+    return clamp_keep_nan(round_half_away(x / s), Q_MAX[bits]).astype(np.float32) * s
+
+
+@reference(T.FakeQuantize)
+def fake_quantize(arena: np.ndarray, t: T.FakeQuantize) -> None:
+    """Per-channel scale (PerBatch / EMA / Fixed), then quantize-dequantize."""
+    x = by_channel(arena, t, t.x).copy()
+    with np.errstate(all="ignore"):
+        out = fake_quantized(x, tracked_scale(arena, t, x), t.bits)
+    by_channel(arena, t, t.out)[:] = out
+
+
+def ste_factor(ste: SteKind, x: np.ndarray, s: np.ndarray, bits: int) -> np.ndarray:
+    """The straight-through `d out/d x` (semantics.md §2.9); f32 except Tanh (float64 tanh)."""
+    q_max = np.float32(Q_MAX[bits])
+    if ste is SteKind.Identity:
+        return np.ones_like(x)
+    if ste is SteKind.ClippedIdentity:
+        return (np.abs(x) <= q_max * s).astype(np.float32)
+    if ste is SteKind.Tanh:
+        return 1.0 - np.tanh((x / s).astype(np.float64)) ** 2
+    return np.fmax(np.float32(0.0), np.float32(1.0) - np.abs(x / (q_max * s)))
+
+
+@reference(T.FakeQuantizeBackward)
+def fake_quantize_backward(arena: np.ndarray, t: T.FakeQuantizeBackward) -> None:
+    """`dx = dy·ste(x, s)`, `s` the forward's PerBatch scale."""
+    x, dy = by_channel(arena, t, t.x), by_channel(arena, t, t.dy)
+    with np.errstate(all="ignore"):
+        dx = dy if t.ste is SteKind.Identity else dy * ste_factor(t.ste, x, batch_scale(x, t.bits), t.bits)
+    by_channel(arena, t, t.dx)[:] = dx.astype(np.float32)
