@@ -33,22 +33,27 @@ ORACLE = {"GgufQ8_0": G.Q8_0, "GgufQ4_0": G.Q4_0, "GgufQ4_1": G.Q4_1, "GgufQ5_0"
           "GgufIQ4NL": G.IQ4_NL, "GgufIQ4XS": G.IQ4_XS}
 """Our schemes that `gguf` dequantizes (it has no Q8_K)."""
 
+HOST_WIDTH = emit.chunk_width(host().lanes(32))
 BLOCKS = 400   # random blocks per scheme: every code value in every position, many NaN/inf scales
 
 
 # ── the decoders alone ───────────────────────────────────────────────────────
 
+WIDTHS = (4, 8, 16)   # chunk widths: SSE, AVX2 and AVX-512 hosts (LLVM splits the wide ones here)
+
+
 class Decoders:
-    """Every scheme's IR decoder as `void dequantize_<scheme>(ptr blocks, ptr out, i64 count)`."""
+    """Every scheme's IR decoder at every chunk width as `void dequantize_<scheme>_<width>(ptr blocks,
+    ptr out, i64 count)`."""
 
     def __init__(self) -> None:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         module = ir.Module(name="gguf_decoders")
         module.triple = llvm.get_process_triple()
-        width = emit.chunk_width(host().lanes(32))
         for scheme in emit.DECODERS:
-            emit.define_dequantize(module, scheme, width, f"dequantize_{scheme}")
+            for width in WIDTHS:
+                emit.define_dequantize(module, scheme, width, f"dequantize_{scheme}_{width}")
         target = llvm.Target.from_triple(llvm.get_process_triple())
         machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
                                                features=llvm.get_host_cpu_features().flatten(), opt=3, jit=True)
@@ -57,12 +62,12 @@ class Decoders:
         self.engine = llvm.create_mcjit_compiler(mod, machine)
         self.engine.finalize_object()
 
-    def __call__(self, scheme: str, data: np.ndarray) -> np.ndarray:
+    def __call__(self, scheme: str, data: np.ndarray, width: int = 0) -> np.ndarray:
         elems, nbytes = GGUF_BLOCKS[scheme]
         count = data.size // nbytes
         out = np.full(count * elems, np.nan, np.float32)
         fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
-            self.engine.get_function_address(f"dequantize_{scheme}"))
+            self.engine.get_function_address(f"dequantize_{scheme}_{width or HOST_WIDTH}"))
         fn(data.ctypes.data, out.ctypes.data, count)
         return out
 
@@ -93,12 +98,14 @@ def with_special_scales(scheme: str, data: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("sane", [False, True], ids=["any-scales", "sane-scales"])
 @pytest.mark.parametrize("scheme", list(ORACLE))
 def test_decoders_match_gguf_bit_for_bit(decoders: Decoders, scheme: str, sane: bool) -> None:
+    """Every chunk width (the host's and the others'), and the NumPy reference."""
     data = random_blocks(scheme, BLOCKS, np.random.default_rng(len(scheme) + sane), sane=sane)
     data = data if sane else with_special_scales(scheme, data)
     want = oracle(scheme, data)
     if not sane:
         assert np.isnan(want).any() and np.isinf(want).any(), "the random scales should reach NaN and inf"
-    assert_same(decoders(scheme, data), want, what=f"IR {scheme}")
+    for width in WIDTHS:
+        assert_same(decoders(scheme, data, width), want, what=f"IR {scheme} at width {width}")
     assert_same(ref.dequantize(scheme, data), want, what=f"NumPy {scheme}")
 
 
