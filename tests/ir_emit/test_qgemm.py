@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from rlx_llvm import thunks as T
+from rlx_llvm.ir_emit import qgemm
+from rlx_llvm.jit import host
 from tests.harness import W, Outcome, Suite, expect_invalid, suite_tests
 
 I8 = np.dtype(np.int8)
@@ -88,6 +90,25 @@ SUITE = build()
 
 def test_requantization_spec_example(outcome: Outcome) -> None:
     outcome.check_spec("QMatMul-spec-ties")
+
+
+def test_host_pair_multiply_add_is_used(outcome: Outcome) -> None:
+    feature, name = qgemm.PAIR_MADD.get(W, ("", ""))
+    if feature not in host().features.split(","):
+        pytest.skip(f"this host has no {W}-lane pmaddwd")
+    assert name in outcome.program.llvm_ir()
+
+
+def test_portable_pair_multiply_add_matches(monkeypatch) -> None:
+    """Without the x86 `pmaddwd` intrinsics (another host) the portable even/odd form gives the same bytes."""
+    monkeypatch.setattr(qgemm, "PAIR_MADD", {})
+    s = Suite(12)
+    names = [add_qmatmul(s, 5, 37, 2 * W + 3, (-128, 127, 3), mult=0.5),
+             add_qconv(s, 2, 4, (9, 10), 6, (3, 2), (2, 1), (1, 0), (1, 2), 2)]
+    outcome = s.run()
+    assert "pmadd" not in outcome.program.llvm_ir()
+    for name in names:
+        outcome.check(name)
 
 
 def test_ties_round_to_even_not_away(outcome: Outcome) -> None:
