@@ -9,9 +9,10 @@ are scalars.  The arithmetic is llama.cpp's, operation for operation and without
 (`d·q + m` is a multiply then an add), so the values are bit-identical to `gguf.quants.dequantize`.
 
 `DequantMatMulGguf` (`dst[i, j] = Σ_p x[i, p]·W[j, p]`, `W [n, k]` packed row-major) never
-materialises W in f32: per weight row `j` and tile of up to `MR` rows of x, each chunk is decoded
-into a register and multiplied into the rows' accumulators, so the decode is shared by `MR` rows
-and `m = 1` is a streaming GEMV over the packed bytes.  Weight rows are split across threads.
+materialises W in f32: per tile of `NR` weight rows × `MR` rows of x, each chunk is decoded into a
+register and multiplied into the rows' accumulators, so a decode is shared by `MR` rows, an x load
+by `NR` weight rows, and `m = 1` is a streaming GEMV over the packed bytes.  Weight rows are split
+across threads.
 """
 from __future__ import annotations
 
