@@ -12,6 +12,8 @@ vector loop inside each with the channel's parameters splatted.
   that into the state it writes back, Fixed `max(state, 1e-12)`), then
   `out = clamp(round_half_away(x/s), ±q_max)·s` (NaN stays NaN).
 * **FakeQuantizeBackward**: the PerBatch scale again, then `dx` by the straight-through estimator.
+* **LSQ** (learned scale `s = max(scale[c], 1e-12)`): the same forward; `dx = dy·[|x/s| ≤ q_max]`;
+  `dscale[c] = Σ ψ(x/s)·dy`, `ψ(z) = round(z) − z` inside the range, `sign(z)·q_max` beyond.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from ..errors import ValidationError
 from ..registry import lowering
 from . import vecmath as vm
 from .context import EmitContext
-from .rows import MAX, Combine, reduce_row
+from .rows import MAX, SUM, Combine, reduce_row
 from .toolkit import F32, I8, I32, I64, carried_loop, iadd, imul, splat, splat_like, vec, vec_like
 
 I8_RANGE = (-128, 127)
@@ -36,6 +38,7 @@ MIN_SCALE = 1e-12                    # the floor of every fake-quantization scal
 PAR_ELEMS = 1 << 15   # elements a thread should get before segments are split across threads
 
 Segment = Callable[[EmitContext, ir.Value, ir.Value], None]   # (ctx, channel, first element)
+ScaleOf = Callable[[EmitContext, ir.Value], ir.Value]         # (ctx, channel) → that channel's scale
 
 
 # ── validation ───────────────────────────────────────────────────────────────
@@ -217,20 +220,25 @@ def tracked_scale(ctx: EmitContext, t: T.FakeQuantize, c: ir.Value) -> ir.Value:
     return new
 
 
-def scales_in_scratch(ctx: EmitContext, t, scale_of: Callable[[ir.Value], ir.Value]) -> int:
-    """Per-thread-scratch offset of `chan_dim` f32 scales, `scale_of(c)` each."""
+def scales_in_scratch(ctx: EmitContext, t, scale_of: Callable[[ir.Value], ir.Value]) -> ScaleOf:
+    """Compute `scale_of(c)` for every channel into the calling thread's scratch; returns the loader
+    of a channel's scale from there (in any thread)."""
     at = ctx.scratch_alloc(4 * t.chan_dim)
     with ctx.for_range(0, t.chan_dim, name="chan") as c:
         ctx.store(at, scale_of(c), c, base=ctx.scratch)
-    return at
+    return lambda sub, c: sub.load(at, F32, c, base=sub.shared)
 
 
-def for_each_scaled_segment(ctx: EmitContext, t, scales: int,
+def lsq_scale(ctx: EmitContext, t, c: ir.Value) -> ir.Value:
+    """LSQ's scale of channel `c`: `max(scale[c], 1e-12)` (a NaN scale gives 1e-12)."""
+    return vm.maxnum(ctx.b, ctx.load(t.scale_off, F32, c), f32c(MIN_SCALE))
+
+
+def for_each_scaled_segment(ctx: EmitContext, t, scale_of: ScaleOf,
                             lanes: Callable[[EmitContext, ir.Value, ir.Value, int], None]) -> None:
-    """`lanes(ctx, s, i, w)` over every element, `s` the splatted scale of its channel, read from the
-    scales the calling thread put in scratch at `scales`."""
+    """`lanes(ctx, s, i, w)` over every element, `s` the splatted scale `scale_of(ctx, c)` of its channel."""
     def segment(sub: EmitContext, c: ir.Value, first: ir.Value) -> None:
-        scale = sub.load(scales, F32, c, base=sub.shared)
+        scale = scale_of(sub, c)
         sub.vector_loop(t.inner, lambda j, w: lanes(sub, splat(sub.b, scale, w), sub.b.add(first, j), w))
 
     for_each_segment(ctx, t, segment)
@@ -243,15 +251,18 @@ def fake_quantize_lanes(b: ir.IRBuilder, x: ir.Value, s: ir.Value, q_max: float)
     return b.fmul(vm.clamp_nan_keep(b, vm.round_half_away(b, b.fdiv(x, s)), -q_max, q_max), s)
 
 
-@lowering(T.FakeQuantize, check=check_fake_quantize)
-def fake_quantize(ctx: EmitContext, t: T.FakeQuantize) -> None:
-    """Per-channel scales (per its ScaleMode), then quantize-dequantize every element."""
-    scales = scales_in_scratch(ctx, t, lambda c: tracked_scale(ctx, t, c))
-
+def emit_fake_quantize(ctx: EmitContext, t, scale_of: ScaleOf) -> None:
+    """`out = clamp(round_half_away(x/s), ±q_max)·s` over every element, `s` its channel's scale."""
     def lanes(sub: EmitContext, s: ir.Value, i: ir.Value, w: int) -> None:
         sub.store(t.out, fake_quantize_lanes(sub.b, sub.load(t.x, F32, i, w), s, Q_MAX[t.bits]), i)
 
-    for_each_scaled_segment(ctx, t, scales, lanes)
+    for_each_scaled_segment(ctx, t, scale_of, lanes)
+
+
+@lowering(T.FakeQuantize, check=check_fake_quantize)
+def fake_quantize(ctx: EmitContext, t: T.FakeQuantize) -> None:
+    """Per-channel scales (per its ScaleMode), then quantize-dequantize every element."""
+    emit_fake_quantize(ctx, t, scales_in_scratch(ctx, t, lambda c: tracked_scale(ctx, t, c)))
 
 
 def as_f32(b: ir.IRBuilder, flag: ir.Value) -> ir.Value:
@@ -282,11 +293,52 @@ def fake_quantize_backward(ctx: EmitContext, t: T.FakeQuantizeBackward) -> None:
             sub.vector_loop(t.inner, body)
         for_each_segment(ctx, t, copy)
         return
-    scales = scales_in_scratch(ctx, t, lambda c: batch_scale(ctx, t, c))
+    emit_scaled_gradient(ctx, t, scales_in_scratch(ctx, t, lambda c: batch_scale(ctx, t, c)),
+                         lambda b, x, s: ste_factor(b, t.ste, x, s, Q_MAX[t.bits]))
 
+
+def emit_scaled_gradient(ctx: EmitContext, t, scale_of: ScaleOf,
+                         factor: Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value]) -> None:
+    """`dx = dy·factor(x, s)` over every element, `s` its channel's scale."""
     def lanes(sub: EmitContext, s: ir.Value, i: ir.Value, w: int) -> None:
         b = sub.b
-        factor = ste_factor(b, t.ste, sub.load(t.x, F32, i, w), s, Q_MAX[t.bits])
-        sub.store(t.dx, b.fmul(sub.load(t.dy, F32, i, w), factor), i)
+        sub.store(t.dx, b.fmul(sub.load(t.dy, F32, i, w), factor(b, sub.load(t.x, F32, i, w), s)), i)
 
-    for_each_scaled_segment(ctx, t, scales, lanes)
+    for_each_scaled_segment(ctx, t, scale_of, lanes)
+
+
+# ── LSQ: learned per-channel scales ─────────────────────────────────────────
+
+@lowering(T.FakeQuantizeLSQ, check=check_fake)
+def fake_quantize_lsq(ctx: EmitContext, t: T.FakeQuantizeLSQ) -> None:
+    """FakeQuantize with the learned scale `max(scale[c], 1e-12)`."""
+    emit_fake_quantize(ctx, t, lambda sub, c: lsq_scale(sub, t, c))
+
+
+@lowering(T.FakeQuantizeLSQBackwardX, check=check_fake)
+def fake_quantize_lsq_backward_x(ctx: EmitContext, t: T.FakeQuantizeLSQBackwardX) -> None:
+    """`dx = dy·[|x/s| ≤ q_max]`."""
+    def inside(b: ir.IRBuilder, x: ir.Value, s: ir.Value) -> ir.Value:
+        return as_f32(b, b.fcmp_ordered("<=", vm.fabs(b, b.fdiv(x, s)), splat_like(x, Q_MAX[t.bits])))
+
+    emit_scaled_gradient(ctx, t, lambda sub, c: lsq_scale(sub, t, c), inside)
+
+
+def lsq_psi(b: ir.IRBuilder, z: ir.Value, q_max: float) -> ir.Value:
+    """LSQ's `ψ(z)`: `round(z) − z` for `|z| ≤ q_max`, `sign(z)·q_max` beyond (NaN stays NaN)."""
+    beyond = b.fcmp_ordered(">", vm.fabs(b, z), splat_like(z, q_max))
+    return b.select(beyond, vm.copysign(b, splat_like(z, q_max), z), b.fsub(vm.round_half_away(b, z), z))
+
+
+@lowering(T.FakeQuantizeLSQBackwardScale, check=check_fake)
+def fake_quantize_lsq_backward_scale(ctx: EmitContext, t: T.FakeQuantizeLSQBackwardScale) -> None:
+    """`dscale[c] = Σ ψ(x/s[c])·dy` over channel `c`, summed in f32 lanes."""
+    b = ctx.b
+    with ctx.for_range(0, t.chan_dim, name="chan") as c:
+        s = lsq_scale(ctx, t, c)
+
+        def term(i: ir.Value, w: int) -> ir.Value:
+            z = b.fdiv(ctx.load(t.x, F32, i, w), splat(b, s, w))
+            return b.fmul(lsq_psi(b, z, Q_MAX[t.bits]), ctx.load(t.dy, F32, i, w))
+
+        ctx.store(t.dscale, channel_total(ctx, t, c, term, SUM), c)

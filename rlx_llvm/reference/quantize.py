@@ -112,3 +112,40 @@ def fake_quantize_backward(arena: np.ndarray, t: T.FakeQuantizeBackward) -> None
     with np.errstate(all="ignore"):
         dx = dy if t.ste is SteKind.Identity else dy * ste_factor(t.ste, x, batch_scale(x, t.bits), t.bits)
     by_channel(arena, t, t.dx)[:] = dx.astype(np.float32)
+
+
+def lsq_scale(arena: np.ndarray, t) -> np.ndarray:
+    """LSQ's per-channel `max(scale, 1e-12)` (a NaN scale gives 1e-12), shaped `[1, C, 1]`."""
+    return per_channel(np.fmax(view(arena, t.scale_off, np.float32, t.chan_dim), MIN_SCALE))
+
+
+@reference(T.FakeQuantizeLSQ)
+def fake_quantize_lsq(arena: np.ndarray, t: T.FakeQuantizeLSQ) -> None:
+    """FakeQuantize with the learned scale."""
+    with np.errstate(all="ignore"):
+        out = fake_quantized(by_channel(arena, t, t.x), lsq_scale(arena, t), t.bits)
+    by_channel(arena, t, t.out)[:] = out
+
+
+@reference(T.FakeQuantizeLSQBackwardX)
+def fake_quantize_lsq_backward_x(arena: np.ndarray, t: T.FakeQuantizeLSQBackwardX) -> None:
+    """`dx = dy·[|x/s| ≤ q_max]`."""
+    with np.errstate(all="ignore"):
+        inside = np.abs(by_channel(arena, t, t.x) / lsq_scale(arena, t)) <= np.float32(Q_MAX[t.bits])
+        dx = by_channel(arena, t, t.dy) * inside.astype(np.float32)
+    by_channel(arena, t, t.dx)[:] = dx
+
+
+def lsq_psi(z: np.ndarray, q_max: float) -> np.ndarray:
+    """`ψ(z) = round(z) − z` for `|z| ≤ q_max`, `sign(z)·q_max` beyond (float64; NaN stays NaN)."""
+    z64 = z.astype(np.float64)
+    return np.where(np.abs(z64) > q_max, np.copysign(q_max, z64), round_half_away(z) - z64)
+
+
+@reference(T.FakeQuantizeLSQBackwardScale)
+def fake_quantize_lsq_backward_scale(arena: np.ndarray, t: T.FakeQuantizeLSQBackwardScale) -> None:
+    """`dscale[c] = Σ ψ(x/s[c])·dy` over channel `c`, in float64."""
+    with np.errstate(all="ignore"):
+        z = by_channel(arena, t, t.x) / lsq_scale(arena, t)
+        terms = lsq_psi(z, Q_MAX[t.bits]) * by_channel(arena, t, t.dy)
+        view(arena, t.dscale, np.float32, t.chan_dim)[:] = terms.sum(axis=(0, 2)).astype(np.float32)

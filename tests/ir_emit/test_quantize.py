@@ -134,6 +134,49 @@ def add_fake_specs(s: Suite) -> None:
     s.cases[-1].expect = (s.cases[-1].outputs[0][0], np.array([4, -0.0, 0, 2, 2, 0], np.float32))
 
 
+LSQ_KINDS = (T.FakeQuantizeLSQ, T.FakeQuantizeLSQBackwardX, T.FakeQuantizeLSQBackwardScale)
+
+
+def learned_scales(s: Suite, chan_dim: int, bits: int) -> np.ndarray:
+    """Scales putting normal data both inside and beyond ±q_max·s, with odd ones (0, negative, NaN, inf)."""
+    q_max = {8: 127.0, 4: 7.0, 2: 1.0}[bits]
+    scales = (s.rng.uniform(0.3, 3.0, chan_dim) / q_max).astype(np.float32)
+    scales[3:7] = np.array([0.0, -0.5, np.nan, np.inf], np.float32)[:max(0, chan_dim - 3)]
+    return scales
+
+
+def lsq_sum_tolerance(x: np.ndarray, scales: np.ndarray, dy: np.ndarray, layout: tuple, bits: int) -> np.ndarray:
+    """Per-channel bound on an f32 sum's error: 1e-6 · Σ|ψ·dy| ≤ 1e-6 · q_max · Σ|dy| (float64)."""
+    q_max = {8: 127.0, 4: 7.0, 2: 1.0}[bits]
+    return 1e-6 * q_max * np.abs(dy.astype(np.float64)).reshape(layout).sum(axis=(0, 2)) + 1e-30
+
+
+def add_lsq(s: Suite, kind, layout: tuple, bits: int, x: "np.ndarray | None" = None,
+            scales: "np.ndarray | None" = None, dy: "np.ndarray | None" = None, tag: str = "") -> str:
+    """An LSQ case of `kind` (forward, x-gradient or scale-gradient); returns its name."""
+    fields = channels(*layout)
+    x = fake_input(s, layout) if x is None else x
+    scales = learned_scales(s, layout[1], bits) if scales is None else scales
+    dy = f32_values(fields["len"], s.seed + 11 + len(s.cases)) if dy is None else dy
+    common = dict(x=s.put(x), scale_off=s.put(scales), bits=bits, **fields)
+    name = f"{kind.__name__}-{layout}-{bits}bit{tag}"
+    if kind is T.FakeQuantizeLSQ:
+        out, o = s.out(F32, fields["len"])
+        s.add(name, kind(out=out, **common), [o])
+    elif kind is T.FakeQuantizeLSQBackwardX:
+        dx, o = s.out(F32, fields["len"])
+        s.add(name, kind(dy=s.put(dy), dx=dx, **common), [o])
+    else:
+        ds, o = s.out(F32, layout[1])
+        s.add(name, kind(dy=s.put(dy), dscale=ds, **common), [o],
+              atol=lsq_sum_tolerance(x, scales, dy, layout, bits), rtol=1e-6)
+    return name
+
+
+# LSQ scale gradient, 2 bits (q_max 1), s = 1, dy = 1: ψ = −0.3, −0.3, 1, −1, 0.5 (a tie rounds away) → −0.1
+LSQ_X = np.array([0.3, -0.7, 2.0, -5.0, 0.5], np.float32)
+
+
 def build() -> Suite:
     s = Suite(41)
     for layout in LAYOUTS:
@@ -162,6 +205,14 @@ def build() -> Suite:
     add_fake_quantize(s, (1, 3, 5), 8, ScaleMode.EMA(decay=0.0), np.array([np.nan, np.inf, 1.0], np.float32),
                       tag="-odd-state")
     add_fake_specs(s)
+    for layout in FAKE_LAYOUTS + [(2, 9, 5), (3, 2, 2 * W + 3)]:
+        for kind, bits in zip(LSQ_KINDS * 2, (8, 4, 2, 2, 8, 4)):
+            add_lsq(s, kind, layout, bits)
+    for kind in LSQ_KINDS:
+        add_lsq(s, kind, (7, 3, 4001), 4, tag="-threads")
+    add_lsq(s, T.FakeQuantizeLSQBackwardScale, (1, 1, LSQ_X.size), 2, LSQ_X, np.ones(1, np.float32),
+            np.ones(LSQ_X.size, np.float32), tag="-spec")
+    s.cases[-1].expect = (s.cases[-1].outputs[0][0], np.array([-0.1], np.float32))
     return s
 
 
@@ -189,6 +240,10 @@ def test_dequantize_inverts_quantize_on_the_grid() -> None:
     back = run_reference(T.Dequantize(q=0, x=1024, **params, **fields), 8192, {0: q})
     again = run_reference(T.Quantize(x=1024, q=0, **params, **fields), 8192, {1024: back[1024:4096].view(np.float32)})
     assert np.array_equal(again[:768].view(np.int8), q)
+
+
+def test_lsq_scale_gradient_spec(outcome: Outcome) -> None:
+    outcome.check_spec("FakeQuantizeLSQBackwardScale-(1, 1, 5)-2bit-spec", rtol=1e-6)
 
 
 def test_ema_spec_writes_the_blended_state(outcome: Outcome) -> None:
@@ -220,6 +275,37 @@ def test_ste_is_the_derivative_of_its_surrogate(ste: SteKind, surrogate) -> None
     np.testing.assert_allclose(dx[away], want[away], rtol=1e-5, atol=1e-6)
 
 
+def lsq_reference(kind, x: np.ndarray, scale: float, dy: np.ndarray, bits: int = 4) -> np.ndarray:
+    """One per-tensor LSQ kind run by the NumPy reference: its output (f32)."""
+    n = x.size
+    common = dict(x=0, scale_off=4096, bits=bits, **channels(1, 1, n))
+    inputs = {0: x.astype(np.float32), 4096: np.float32([scale]), 8192: dy.astype(np.float32)}
+    outputs = {T.FakeQuantizeLSQ: dict(out=12288), T.FakeQuantizeLSQBackwardX: dict(dy=8192, dx=12288),
+               T.FakeQuantizeLSQBackwardScale: dict(dy=8192, dscale=12288)}[kind]
+    count = 1 if kind is T.FakeQuantizeLSQBackwardScale else n
+    return run_reference(kind(**outputs, **common), 16384, inputs)[12288:12288 + 4 * count].view(np.float32)
+
+
+def test_lsq_gradients_are_derivatives_where_they_exist() -> None:
+    """Finite differences: `dx` is d/dx of clamp(x, ±q_max·s) (the STE), and beyond the range, where
+    the forward `±q_max·s` is differentiable in s, `dscale` is d/ds of Σ dy·out."""
+    rng = np.random.default_rng(5)
+    s, q_max = 0.25, 7.0
+    x = rng.uniform(-4.0, 4.0, 200).astype(np.float32)
+    x = x[np.abs(np.abs(x) - q_max * s) > 1e-3]
+    dy = rng.standard_normal(x.size).astype(np.float32)
+    dx = lsq_reference(T.FakeQuantizeLSQBackwardX, x, s, dy)
+    clamp_grad = central_difference(lambda v: np.clip(v, -q_max * s, q_max * s), x.astype(np.float64))
+    np.testing.assert_allclose(dx, dy * clamp_grad, rtol=1e-5, atol=1e-6)
+    beyond = x[np.abs(x) > q_max * s]
+    dyb = dy[np.abs(x) > q_max * s]
+    dscale = lsq_reference(T.FakeQuantizeLSQBackwardScale, beyond, s, dyb)
+    forward = lambda scale: float(np.sum(dyb.astype(np.float64) *
+                                         lsq_reference(T.FakeQuantizeLSQ, beyond, scale, dyb)))
+    h = 1e-3
+    np.testing.assert_allclose(dscale[0], (forward(s + h) - forward(s - h)) / (2 * h), rtol=1e-4)
+
+
 # ── bad input ────────────────────────────────────────────────────────────────
 
 def int8_thunk(kind, **changes):
@@ -242,14 +328,15 @@ def test_bad_int8_parameters_are_refused(kind) -> None:
 
 def fake_thunk(kind, **changes):
     fields = dict(len=12, chan_axis=0, chan_dim=2, inner=6, bits=8) | changes
-    if kind is T.FakeQuantize:
-        fields = dict(x=0, out=256, ste=SteKind.Identity, scale_mode=ScaleMode.PerBatch, state_off=None) | fields
-    else:
-        fields = dict(x=0, dy=256, dx=512, ste=SteKind.Tanh) | fields
-    return kind(**fields)
+    buffers = {T.FakeQuantize: dict(x=0, out=256, ste=SteKind.Identity, scale_mode=ScaleMode.PerBatch, state_off=None),
+               T.FakeQuantizeBackward: dict(x=0, dy=256, dx=512, ste=SteKind.Tanh),
+               T.FakeQuantizeLSQ: dict(x=0, scale_off=256, out=512),
+               T.FakeQuantizeLSQBackwardX: dict(x=0, scale_off=256, dy=384, dx=512),
+               T.FakeQuantizeLSQBackwardScale: dict(x=0, scale_off=256, dy=384, dscale=512)}[kind]
+    return kind(**(buffers | fields))
 
 
-@pytest.mark.parametrize("kind", [T.FakeQuantize, T.FakeQuantizeBackward])
+@pytest.mark.parametrize("kind", [T.FakeQuantize, T.FakeQuantizeBackward, *LSQ_KINDS])
 def test_bad_fake_quantize_fields_are_refused(kind) -> None:
     expect_invalid(fake_thunk(kind, bits=3), 1024, "bits", "8, 4, 2")
     expect_invalid(fake_thunk(kind, bits=16), 1024, "bits", "8, 4, 2")
