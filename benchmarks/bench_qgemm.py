@@ -30,18 +30,10 @@ import rlx_llvm as rl  # noqa: E402
 from rlx_llvm import reference  # noqa: E402
 from rlx_llvm import thunks as T  # noqa: E402
 from rlx_llvm.kernels.threads import set_num_threads  # noqa: E402
+from bench_gemm import _slots as slots  # noqa: E402  (64-byte-aligned buffer offsets)
 
 SCALES = (0.02, 0.013, 0.37)   # x, w, y scales
 ZPS = (3, -2, 1)               # x, w, y zero points
-
-
-def slots(*nbytes: int) -> tuple[list[int], int]:
-    """64-byte-aligned offsets of consecutive buffers, and the arena size."""
-    offs, top = [], 0
-    for n in nbytes:
-        offs.append(top)
-        top += (n + 63) // 64 * 64
-    return offs, top
 
 
 def rlx_qmatmul(x: np.ndarray, w: np.ndarray, mult: float):

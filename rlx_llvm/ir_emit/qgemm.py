@@ -37,6 +37,7 @@ from .toolkit import (F64, I16, I32, I64, I8, Index, as_value, call_intrinsic, c
 MR = 4          # rows of the register tile
 I8_RANGE = (-128, 127)
 PAR_MACS = 1 << 16  # multiply-adds a thread should get before rows are split across threads
+UNROLL_ITEMS = 4    # QConv2d (image, group) pairs run one by one (each GEMM threaded) up to this many
 
 
 # ── validation ───────────────────────────────────────────────────────────────
@@ -290,34 +291,61 @@ def im2col_i8(ctx: EmitContext, t: T.QConv2d, src: ir.Value, col: ir.Value) -> N
             ctx.store(0, value, b.add(imul(b, tap, p), pix), base=col)
 
 
+def conv_item(ctx: EmitContext, t: T.QConv2d, item: Index, col: "ir.Value | None", col16: ir.Value
+              ) -> tuple[Index, Index]:
+    """Im2col and pack (image, group) `item` into `col16`; returns (its output block, its group)."""
+    b, groups = ctx.b, t.groups
+    cin_g, plane = t.c_in // groups, t.h * t.w_in
+    i, g = divmod(item, groups) if isinstance(item, int) else split_index(b, item, groups)
+    x = ctx.addr(t.x, iadd(b, imul(b, i, t.c_in * plane), imul(b, g, cin_g * plane)))
+    if col is not None:
+        im2col_i8(ctx, t, x, col)
+    k, p = cin_g * t.kh * t.kw, t.h_out * t.w_out
+    pack_pairs(ctx, x if col is None else col, k, p, t.x_zp, col16)
+    return iadd(b, imul(b, i, t.c_out * p), imul(b, g, t.c_out // groups * p)), g
+
+
+def conv_gemm(ctx: EmitContext, t: T.QConv2d, w16: int, col16: ir.Value, out: Index, g: Index) -> QGemm:
+    """The GEMM `w_g · col` of one (image, group) writing output block `out` (an element index)."""
+    b, cout_g = ctx.b, t.c_out // t.groups
+    k, p = t.c_in // t.groups * t.kh * t.kw, t.h_out * t.w_out
+    weights = ctx.addr(0, imul(b, g, cout_g * packed_bytes(1, k)), base=pointer(ctx, ScratchRef(w16)))
+    return QGemm(weights, col16, ctx.addr(t.bias, imul(b, g, cout_g), 4), ctx.addr(t.out, out), p, padded(ctx, p),
+                 (k + 1) // 2, t.out_zp, t.mult, bias_per_row=True)
+
+
 @lowering(T.QConv2d, check=check_qconv2d)
 def qconv2d(ctx: EmitContext, t: T.QConv2d) -> None:
-    """Per (image, group): int8 im2col, then the int8 GEMM `w_g · col`; pairs split across threads."""
-    groups = t.groups
-    cin_g, cout_g = t.c_in // groups, t.c_out // groups
-    k, p = cin_g * t.kh * t.kw, t.h_out * t.w_out
-    items = t.n * groups
+    """Per (image, group): int8 im2col and packing, then the int8 GEMM `w_g · col`.  Up to
+    `UNROLL_ITEMS` pairs run one after another, each GEMM's rows split across threads; more
+    pairs are split across threads whole."""
+    cout_g = t.c_out // t.groups
+    k, p = t.c_in // t.groups * t.kh * t.kw, t.h_out * t.w_out
+    items = t.n * t.groups
     if items == 0 or cout_g == 0 or p == 0:
         return
     direct = t.kh == t.kw == t.sh == t.sw == 1 and t.ph == t.pw == 0
-
     w16 = ctx.scratch_alloc(packed_bytes(t.c_out, k))
     pack_rows(ctx, ctx.addr(t.w), t.c_out, k, t.w_zp, scratch_ptr(ctx, w16))
 
+    def buffers(c: EmitContext) -> tuple["int | None", int]:
+        return (None if direct else c.scratch_alloc(k * p)), c.scratch_alloc(packed_bytes(padded(ctx, p), k))
+
+    if items <= UNROLL_ITEMS:
+        col, col16 = buffers(ctx)
+        for item in range(items):
+            out, g = conv_item(ctx, t, item, None if col is None else scratch_ptr(ctx, col), scratch_ptr(ctx, col16))
+
+            def rows(sub: EmitContext, start: ir.Value, stop: ir.Value, out=out, g=g) -> None:
+                qgemm_rows(sub, conv_gemm(sub, t, w16, pointer(sub, ScratchRef(col16)), out, g), start, stop)
+
+            ctx.parallel_for(cout_g, rows, grain=MR, min_work=max(1, PAR_MACS // max(1, k * p)))
+        return
+
     def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        b = sub.b
-        col = None if direct else scratch_ptr(sub, sub.scratch_alloc(max(1, k * p)))
-        col16 = scratch_ptr(sub, sub.scratch_alloc(packed_bytes(padded(ctx, p), k)))
+        col, col16 = (None if off is None else scratch_ptr(sub, off) for off in buffers(sub))
         with sub.for_range(start, stop, name="item") as item:
-            i, g = split_index(b, item, groups)
-            x = sub.addr(t.x, b.add(imul(b, i, t.c_in * t.h * t.w_in), imul(b, g, cin_g * t.h * t.w_in)))
-            if col is not None:
-                im2col_i8(sub, t, x, col)
-            pack_pairs(sub, x if col is None else col, k, p, t.x_zp, col16)
-            q = QGemm(sub.addr(0, imul(b, g, cout_g * packed_bytes(1, k)), base=pointer(sub, ScratchRef(w16))), col16,
-                      sub.addr(t.bias, imul(b, g, cout_g), 4),
-                      sub.addr(t.out, b.add(imul(b, i, t.c_out * p), imul(b, g, cout_g * p))), p, padded(ctx, p), (k + 1) // 2,
-                      t.out_zp, t.mult, bias_per_row=True)
-            qgemm_rows(sub, q, 0, cout_g)
+            out, g = conv_item(sub, t, item, col, col16)
+            qgemm_rows(sub, conv_gemm(sub, t, w16, col16, out, g), 0, cout_g)
 
     ctx.parallel_for(items, body, min_work=max(1, PAR_MACS // max(1, cout_g * k * p)))

@@ -78,7 +78,9 @@ def build() -> Suite:
     add_qconv(s, 1, 8, (6, 7), 5, (1, 1), (1, 1), (0, 0), (1, 1), 1)              # 1×1: no im2col
     add_qconv(s, 2, 5, (4, 4), 3, (5, 5), (1, 1), (2, 2), (1, 1), 1, mult=0.5)    # kernel as large as the padded input
     add_qconv(s, 1, 2, (3, 3), 2, (3, 3), (2, 2), (4, 4), (1, 1), 1)               # padding larger than the kernel
-    add_qconv(s, 3, 8, (12, 37), 16, (3, 3), (1, 1), (1, 1), (1, 1), 2, mult=0.0007)   # split across threads
+    add_qconv(s, 3, 8, (12, 37), 16, (3, 3), (1, 1), (1, 1), (1, 1), 2, mult=0.0007)   # pairs split across threads
+    add_qconv(s, 1, 8, (12, 37), 16, (3, 3), (1, 1), (1, 1), (1, 1), 1, mult=0.0007)   # rows split across threads
+    add_qconv(s, 1, 0, (4, 5), 3, (3, 3), (1, 1), (1, 1), (1, 1), 1)                  # no input channels: the bias
     add_spec(s)
     return s
 
