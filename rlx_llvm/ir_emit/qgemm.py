@@ -6,15 +6,19 @@ int8 `a [m, k]` and `b [k, n]`, `rq(v) = clamp(roundeven(f64(v)·f64(mult) + out
 the float64 product ONNX's reference computes (an f32 multiplier against an int32 array promotes
 to float64 in NumPy), so the bytes match `QLinearMatMul`/`QLinearConv` exactly.
 
-* The register tile is `MR` rows × `2W` int32 columns (two vector registers a row): per `p`, one
-  row slice of `b` is sign-extended once and multiplied by each row's broadcast `a[i, p]`; the
-  accumulators stay in registers over the whole `k` loop, then are requantized and stored as int8.
-  Column tails run one vector each of W, W/2, …, 1 lanes; row tails one row at a time.
+* Both operands are packed once into scratch as centred int16 with k in pairs (`x − zp` fits
+  int16): `a16 [rows, 2·⌈k/2⌉]`, `b16 [⌈k/2⌉, n_pad, 2]`, so `pmaddwd` (two exact multiply-adds
+  per int32 lane) does the inner product; the intrinsic is chosen by the host's features, with a
+  portable form elsewhere.
+* The register tile is `MR` rows × `2W` int32 columns (two vector registers a row): per k pair,
+  two loads of `b16` and, per row, one broadcast pair of `a16` and two `pmaddwd`; the accumulators
+  stay in registers over the whole k loop, then are requantized and stored as int8 (the last
+  partial tile of a row through a stack buffer). Row tails run one row at a time.
 * **QMatMul**: `a = x`, `b = w`, bias per column; rows split across threads.
-* **QConv2d**: per (image, group) an int8 im2col `col [K, P]` in per-thread scratch (padded taps
-  hold `x_zp`, so they contribute exactly 0), then the kernel with `a = w_g [c_out/g, K]`,
-  `b = col` and bias per row (output channel); (image, group) pairs split across threads.
-  A 1×1 stride-1 unpadded kernel reads the input directly.
+* **QConv2d**: per (image, group) an int8 im2col `col [K, P]` (padded taps hold `x_zp`, so they
+  contribute exactly 0), packed, then the kernel with `a = w_g [c_out/g, K]` and bias per row
+  (output channel). A 1×1 stride-1 unpadded kernel packs the input directly. Few pairs: each
+  GEMM's rows split across threads; many: the pairs themselves.
 """
 from __future__ import annotations
 
