@@ -38,7 +38,8 @@ MIN_SCALE = 1e-12                    # the floor of every fake-quantization scal
 PAR_ELEMS = 1 << 15   # elements a thread should get before segments are split across threads
 
 Segment = Callable[[EmitContext, ir.Value, ir.Value], None]   # (ctx, channel, first element)
-ScaleOf = Callable[[EmitContext, ir.Value], ir.Value]         # (ctx, channel) → that channel's scale
+ParamsOf = Callable[[EmitContext, ir.Value], list[ir.Value]]  # (ctx, channel) → that channel's parameters
+Lanes = Callable[[EmitContext, list[ir.Value], ir.Value, int], None]   # (ctx, splatted params, element, width)
 
 
 # ── validation ───────────────────────────────────────────────────────────────
@@ -86,6 +87,38 @@ def for_each_segment(ctx: EmitContext, t, segment: Segment, parallel: bool = Tru
         run(ctx, I64(0), I64(count))
 
 
+def for_each_channel_run(ctx: EmitContext, t, params_of: ParamsOf, lanes: Lanes) -> None:
+    """`lanes(ctx, params, i, w)` over every element, `params` the splatted `params_of(ctx, c)` of its channel
+    (loaded once per segment; per tensor, once per thread over an even split of all elements)."""
+    if t.chan_dim == 1:
+        per_tensor_run(ctx, t, params_of, lanes)
+        return
+
+    def segment(sub: EmitContext, c: ir.Value, first: ir.Value) -> None:
+        params = params_of(sub, c)
+        sub.vector_loop(t.inner, lambda j, w: lanes(sub, [splat(sub.b, p, w) for p in params], sub.b.add(first, j), w))
+
+    for_each_segment(ctx, t, segment)
+
+
+def per_tensor_run(ctx: EmitContext, t, params_of: ParamsOf, lanes: Lanes) -> None:
+    """One channel: whole vectors split across threads, then the scalar tail on the calling thread."""
+    w = ctx.lanes
+    main = t.len - t.len % w
+
+    def run(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        params = [splat(sub.b, p, w) for p in params_of(sub, I64(0))]
+        with sub.for_range(start, stop, w, name="vec") as i:
+            lanes(sub, params, i, w)
+
+    if main:
+        ctx.parallel_for(main, run, grain=w, min_work=PAR_ELEMS)
+    if t.len > main:
+        params = params_of(ctx, I64(0))
+        with ctx.for_range(main, t.len, name="tail") as i:
+            lanes(ctx, params, i, 1)
+
+
 def constant_table(ctx: EmitContext, name: str, ty: ir.Type, values: Sequence) -> ir.GlobalVariable:
     """A private constant array `values` of element type `ty` in this thunk's module."""
     aty = ir.ArrayType(ty, len(values))
@@ -124,40 +157,30 @@ def quantize_lanes(b: ir.IRBuilder, x: ir.Value, inv: ir.Value, zp: ir.Value) ->
     return b.trunc(b.fptosi(q, vec_like(q, I32)), vec_like(q, I8))
 
 
+def tables_of(ctx: EmitContext, t: "T.Quantize | T.Dequantize", reciprocal: bool) -> ParamsOf:
+    """The loader of a channel's (scale or reciprocal, zero point) from `channel_tables`."""
+    tables = channel_tables(ctx, t, reciprocal)
+    return lambda sub, c: [table_at(sub, table, c) for table in tables]
+
+
 @lowering(T.Quantize, check=check_int8_params)
 def quantize(ctx: EmitContext, t: T.Quantize) -> None:
     """f32 → int8 with the channel's reciprocal scale and zero point."""
-    inv_table, zp_table = channel_tables(ctx, t, reciprocal=True)
+    def lanes(sub: EmitContext, params: list[ir.Value], i: ir.Value, w: int) -> None:
+        sub.store(t.q, quantize_lanes(sub.b, sub.load(t.x, F32, i, w), *params), i)
 
-    def segment(sub: EmitContext, c: ir.Value, first: ir.Value) -> None:
-        b = sub.b
-        inv, zp = table_at(sub, inv_table, c), table_at(sub, zp_table, c)
-
-        def body(j: ir.Value, w: int) -> None:
-            i = b.add(first, j)
-            sub.store(t.q, quantize_lanes(b, sub.load(t.x, F32, i, w), splat(b, inv, w), splat(b, zp, w)), i)
-        sub.vector_loop(t.inner, body)
-
-    for_each_segment(ctx, t, segment)
+    for_each_channel_run(ctx, t, tables_of(ctx, t, reciprocal=True), lanes)
 
 
 @lowering(T.Dequantize, check=check_int8_params)
 def dequantize(ctx: EmitContext, t: T.Dequantize) -> None:
     """int8 → f32: `f32(q − zp)·scale` per channel."""
-    scale_table, zp_table = channel_tables(ctx, t, reciprocal=False)
+    def lanes(sub: EmitContext, params: list[ir.Value], i: ir.Value, w: int) -> None:
+        b, (scale, zp) = sub.b, params
+        q = b.sext(sub.load(t.q, I8, i, w), vec(I32, w))
+        sub.store(t.x, b.fmul(b.sitofp(b.sub(q, zp), vec(F32, w)), scale), i)
 
-    def segment(sub: EmitContext, c: ir.Value, first: ir.Value) -> None:
-        b = sub.b
-        scale, zp = table_at(sub, scale_table, c), table_at(sub, zp_table, c)
-
-        def body(j: ir.Value, w: int) -> None:
-            i = b.add(first, j)
-            q = b.sext(sub.load(t.q, I8, i, w), vec(I32, w))
-            centered = b.sitofp(b.sub(q, splat(b, zp, w)), vec(F32, w))
-            sub.store(t.x, b.fmul(centered, splat(b, scale, w)), i)
-        sub.vector_loop(t.inner, body)
-
-    for_each_segment(ctx, t, segment)
+    for_each_channel_run(ctx, t, tables_of(ctx, t, reciprocal=False), lanes)
 
 
 # ── fake quantization: the scale ─────────────────────────────────────────────
@@ -220,28 +243,18 @@ def tracked_scale(ctx: EmitContext, t: T.FakeQuantize, c: ir.Value) -> ir.Value:
     return new
 
 
-def scales_in_scratch(ctx: EmitContext, t, scale_of: Callable[[ir.Value], ir.Value]) -> ScaleOf:
+def scales_in_scratch(ctx: EmitContext, t, scale_of: Callable[[ir.Value], ir.Value]) -> ParamsOf:
     """Compute `scale_of(c)` for every channel into the calling thread's scratch; returns the loader
     of a channel's scale from there (in any thread)."""
     at = ctx.scratch_alloc(4 * t.chan_dim)
     with ctx.for_range(0, t.chan_dim, name="chan") as c:
         ctx.store(at, scale_of(c), c, base=ctx.scratch)
-    return lambda sub, c: sub.load(at, F32, c, base=sub.shared)
+    return lambda sub, c: [sub.load(at, F32, c, base=sub.shared)]
 
 
 def lsq_scale(ctx: EmitContext, t, c: ir.Value) -> ir.Value:
     """LSQ's scale of channel `c`: `max(scale[c], 1e-12)` (a NaN scale gives 1e-12)."""
     return vm.maxnum(ctx.b, ctx.load(t.scale_off, F32, c), f32c(MIN_SCALE))
-
-
-def for_each_scaled_segment(ctx: EmitContext, t, scale_of: ScaleOf,
-                            lanes: Callable[[EmitContext, ir.Value, ir.Value, int], None]) -> None:
-    """`lanes(ctx, s, i, w)` over every element, `s` the splatted scale `scale_of(ctx, c)` of its channel."""
-    def segment(sub: EmitContext, c: ir.Value, first: ir.Value) -> None:
-        scale = scale_of(sub, c)
-        sub.vector_loop(t.inner, lambda j, w: lanes(sub, splat(sub.b, scale, w), sub.b.add(first, j), w))
-
-    for_each_segment(ctx, t, segment)
 
 
 # ── fake quantization: forward and backward ─────────────────────────────────
@@ -251,12 +264,12 @@ def fake_quantize_lanes(b: ir.IRBuilder, x: ir.Value, s: ir.Value, q_max: float)
     return b.fmul(vm.clamp_nan_keep(b, vm.round_half_away(b, b.fdiv(x, s)), -q_max, q_max), s)
 
 
-def emit_fake_quantize(ctx: EmitContext, t, scale_of: ScaleOf) -> None:
-    """`out = clamp(round_half_away(x/s), ±q_max)·s` over every element, `s` its channel's scale."""
-    def lanes(sub: EmitContext, s: ir.Value, i: ir.Value, w: int) -> None:
-        sub.store(t.out, fake_quantize_lanes(sub.b, sub.load(t.x, F32, i, w), s, Q_MAX[t.bits]), i)
+def emit_fake_quantize(ctx: EmitContext, t, scale_of: ParamsOf) -> None:
+    """`out = clamp(round_half_away(x/s), ±q_max)·s` over every element, `[s] = scale_of(ctx, c)`."""
+    def lanes(sub: EmitContext, params: list[ir.Value], i: ir.Value, w: int) -> None:
+        sub.store(t.out, fake_quantize_lanes(sub.b, sub.load(t.x, F32, i, w), params[0], Q_MAX[t.bits]), i)
 
-    for_each_scaled_segment(ctx, t, scale_of, lanes)
+    for_each_channel_run(ctx, t, scale_of, lanes)
 
 
 @lowering(T.FakeQuantize, check=check_fake_quantize)
@@ -286,25 +299,21 @@ def ste_factor(b: ir.IRBuilder, ste: SteKind, x: ir.Value, s: ir.Value, q_max: f
 def fake_quantize_backward(ctx: EmitContext, t: T.FakeQuantizeBackward) -> None:
     """`dx = dy` (Identity), else `dy·ste(x, s)` with the forward's PerBatch scale `s`."""
     if t.ste is SteKind.Identity:
-        def copy(sub: EmitContext, c: ir.Value, first: ir.Value) -> None:
-            def body(j: ir.Value, w: int) -> None:
-                i = sub.b.add(first, j)
-                sub.store(t.dx, sub.load(t.dy, F32, i, w), i)
-            sub.vector_loop(t.inner, body)
-        for_each_segment(ctx, t, copy)
+        for_each_channel_run(ctx, t, lambda sub, c: [],
+                             lambda sub, _, i, w: sub.store(t.dx, sub.load(t.dy, F32, i, w), i))
         return
     emit_scaled_gradient(ctx, t, scales_in_scratch(ctx, t, lambda c: batch_scale(ctx, t, c)),
                          lambda b, x, s: ste_factor(b, t.ste, x, s, Q_MAX[t.bits]))
 
 
-def emit_scaled_gradient(ctx: EmitContext, t, scale_of: ScaleOf,
+def emit_scaled_gradient(ctx: EmitContext, t, scale_of: ParamsOf,
                          factor: Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value]) -> None:
-    """`dx = dy·factor(x, s)` over every element, `s` its channel's scale."""
-    def lanes(sub: EmitContext, s: ir.Value, i: ir.Value, w: int) -> None:
+    """`dx = dy·factor(x, s)` over every element, `[s] = scale_of(ctx, c)`."""
+    def lanes(sub: EmitContext, params: list[ir.Value], i: ir.Value, w: int) -> None:
         b = sub.b
-        sub.store(t.dx, b.fmul(sub.load(t.dy, F32, i, w), factor(b, sub.load(t.x, F32, i, w), s)), i)
+        sub.store(t.dx, b.fmul(sub.load(t.dy, F32, i, w), factor(b, sub.load(t.x, F32, i, w), params[0])), i)
 
-    for_each_scaled_segment(ctx, t, scale_of, lanes)
+    for_each_channel_run(ctx, t, scale_of, lanes)
 
 
 # ── LSQ: learned per-channel scales ─────────────────────────────────────────
@@ -312,7 +321,7 @@ def emit_scaled_gradient(ctx: EmitContext, t, scale_of: ScaleOf,
 @lowering(T.FakeQuantizeLSQ, check=check_fake)
 def fake_quantize_lsq(ctx: EmitContext, t: T.FakeQuantizeLSQ) -> None:
     """FakeQuantize with the learned scale `max(scale[c], 1e-12)`."""
-    emit_fake_quantize(ctx, t, lambda sub, c: lsq_scale(sub, t, c))
+    emit_fake_quantize(ctx, t, lambda sub, c: [lsq_scale(sub, t, c)])
 
 
 @lowering(T.FakeQuantizeLSQBackwardX, check=check_fake)
@@ -321,7 +330,7 @@ def fake_quantize_lsq_backward_x(ctx: EmitContext, t: T.FakeQuantizeLSQBackwardX
     def inside(b: ir.IRBuilder, x: ir.Value, s: ir.Value) -> ir.Value:
         return as_f32(b, b.fcmp_ordered("<=", vm.fabs(b, b.fdiv(x, s)), splat_like(x, Q_MAX[t.bits])))
 
-    emit_scaled_gradient(ctx, t, lambda sub, c: lsq_scale(sub, t, c), inside)
+    emit_scaled_gradient(ctx, t, lambda sub, c: [lsq_scale(sub, t, c)], inside)
 
 
 def lsq_psi(b: ir.IRBuilder, z: ir.Value, q_max: float) -> ir.Value:
