@@ -1,10 +1,11 @@
-"""INT8 GEMM and convolution with int32 accumulation and ONNX requantization (semantics.md §3.8;
+"""INT8 GEMM and convolution with int32 accumulation and RLX's requantization (semantics.md §3.8;
 docs/lowering-qgemm.md).
 
 One kernel serves both kinds: `out[i, j] = rq(bias + Σ_p (a[i, p] − a_zp)·(b[p, j] − b_zp))` over
-int8 `a [m, k]` and `b [k, n]`, `rq(v) = clamp(roundeven(f64(v)·f64(mult) + out_zp), −128, 127)` —
-the float64 product ONNX's reference computes (an f32 multiplier against an int32 array promotes
-to float64 in NumPy), so the bytes match `QLinearMatMul`/`QLinearConv` exactly.
+int8 `a [m, k]` and `b [k, n]`, `rq(v) = clamp(round_half_away(f32(v)·mult) + out_zp, −128, 127)`
+as RLX defines it (the product in f32, Rust's `f32::round`). ONNX's `QLinearMatMul`/`QLinearConv`
+round half to even in float64 instead: the two differ only where the product is (nearly) a half
+(tests/oracles/test_onnx_qgemm.py checks the integer part against ONNX's MatMulInteger/ConvInteger).
 
 * Both operands are packed once into scratch as centred int16 with k in pairs (`x − zp` fits
   int16): `a16 [rows, 2·⌈k/2⌉]`, `b16 [⌈k/2⌉, n_pad, 2]`, so `pmaddwd` (two exact multiply-adds
@@ -33,9 +34,10 @@ from .. import thunks as T
 from ..errors import ValidationError
 from ..registry import lowering
 from ..jit import host
+from . import vecmath as vm
 from .context import EmitContext, ScratchRef, pointer
 from .conv import FLAT, Axis, _check_conv_geometry, split_index
-from .toolkit import (F64, I16, I32, I64, I8, Index, as_value, call_intrinsic, carried_loop, const, copy_bytes,
+from .toolkit import (F32, I16, I32, I64, I8, Index, as_value, call_intrinsic, carried_loop, const, copy_bytes,
                       entry_alloca, iadd, imul, scratch_ptr, splat, splat_like, vec, vec_like, zero_bytes)
 
 MR = 4          # rows of the register tile
@@ -176,16 +178,19 @@ def madd_pairs(ctx: EmitContext, x: ir.Value, y: ir.Value) -> ir.Value:
 
 
 def requantize(ctx: EmitContext, acc: ir.Value, mult: float, out_zp: int) -> ir.Value:
-    """int32 lanes → int8: `clamp(roundeven(f64(acc)·f64(mult) + out_zp), −128, 127)`, `mult` the f32
-    field's value (no fused multiply-add: the product is rounded to float64 first, as in NumPy)."""
+    """int32 lanes → int8 as RLX: `clamp(round_half_away(f32(acc)·mult) + out_zp, −128, 127)`, the
+    product in f32 (`mult` is the f32 field), rounded half away from zero (Rust `f32::round`)."""
     b = ctx.b
-    real = b.sitofp(acc, vec_like(acc, F64))
-    real = b.fadd(b.fmul(real, splat_like(real, float(np.float32(mult)))), splat_like(real, out_zp))
-    rounded = call_intrinsic(ctx, "llvm.roundeven", [real])
+    real = b.fmul(b.sitofp(acc, vec_like(acc, F32)), splat_like(acc, float(np.float32(mult)), F32))
+    rounded = vm.round_half_away(b, real)
+    wide = float(1 << 10)   # any bound past ±(128 + |out_zp|) keeps the conversion exact and in range
+    rounded = call_intrinsic(ctx, "llvm.maxnum", [call_intrinsic(ctx, "llvm.minnum", [rounded, splat_like(real, wide)]),
+                                                  splat_like(real, -wide)])
+    shifted = b.add(b.fptosi(rounded, acc.type), splat_like(acc, out_zp))
     low, high = I8_RANGE
-    clamped = call_intrinsic(ctx, "llvm.maxnum", [call_intrinsic(ctx, "llvm.minnum", [rounded, splat_like(real, high)]),
-                                                  splat_like(real, low)])
-    return b.trunc(b.fptosi(clamped, acc.type), vec_like(acc, I8))
+    clamped = b.select(b.icmp_signed("<", shifted, splat_like(acc, low)), splat_like(acc, low), shifted)
+    clamped = b.select(b.icmp_signed(">", clamped, splat_like(acc, high)), splat_like(acc, high), clamped)
+    return b.trunc(clamped, vec_like(acc, I8))
 
 
 def tile(ctx: EmitContext, q: QGemm, row: ir.Value, rows: int, col: Index, keep: int) -> None:

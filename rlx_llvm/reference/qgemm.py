@@ -1,9 +1,8 @@
 """NumPy references of the INT8 kernels QMatMul and QConv2d (semantics.md §3.8; docs/lowering-qgemm.md).
 
 Both accumulate `(x − x_zp)·(w − w_zp)` exactly in int32 (wrapping, as NumPy's int32 matmul does),
-add the int32 bias, and requantize as ONNX `QLinearMatMul`/`QLinearConv` do: the int32 sum times
-`mult` in float64 (an f32 multiplier against an int32 array promotes to float64 in NumPy), plus the
-output zero point, rounded half to even, saturated to int8.
+add the int32 bias, and requantize as RLX does: the int32 sum times `mult` in f32, rounded half away
+from zero (Rust `f32::round`), plus the output zero point, saturated to int8.
 """
 from __future__ import annotations
 
@@ -14,9 +13,11 @@ from . import reference, view
 
 
 def requantize(acc: np.ndarray, mult: float, out_zp: int) -> np.ndarray:
-    """`clip(rint(acc·mult + out_zp), −128, 127)` as int8, the product and sum in float64."""
-    real = acc.astype(np.float64) * np.float64(np.float32(mult)) + np.float64(out_zp)
-    return np.clip(np.rint(real), -128, 127).astype(np.int8)
+    """`clip(round_half_away(f32(acc)·mult) + out_zp, −128, 127)` as int8, the product in f32."""
+    with np.errstate(over="ignore"):
+        real = (acc.astype(np.float32) * np.float32(mult)).astype(np.float64)   # exact in f64
+    rounded = np.clip(np.copysign(np.floor(np.abs(real) + 0.5), real), -1024, 1024)
+    return np.clip(rounded.astype(np.int32) + out_zp, -128, 127).astype(np.int8)
 
 
 def centered(arena: np.ndarray, offset: int, count: int, zp: int) -> np.ndarray:

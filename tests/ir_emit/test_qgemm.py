@@ -47,14 +47,15 @@ def add_qconv(s: Suite, n: int, c_in: int, hw: tuple, c_out: int, k: tuple, st: 
 
 def add_spec(s: Suite) -> tuple[str, np.ndarray]:
     """`x = [1, 3, −1, −3, 5, 127, −128, 0, 7]` (one column), `w = 1` (k = 1), `mult = 0.5`, `out_zp = 0`:
-    exact halves round to even (0.5 → 0, 1.5 → 2, −0.5 → 0, −1.5 → −2, 2.5 → 2, 63.5 → 64, 3.5 → 4)."""
+    exact halves round away from zero, as RLX's `f32::round` (0.5 → 1, 1.5 → 2, −0.5 → −1, −1.5 → −2,
+    2.5 → 3, 63.5 → 64, 3.5 → 4)."""
     x = np.array([1, 3, -1, -3, 5, 127, -128, 0, 7], np.int8)   # a column: m = 9 rows, k = n = 1
     m = x.size
     w, bias = s.put(np.ones(1, np.int8)), s.put(np.array([0], np.int32))
     out, o = s.out(I8, m)
     case = s.add("QMatMul-spec-ties", T.QMatMul(x=s.put(x), w=w, bias=bias, out=out, m=m, k=1, n=1, x_zp=0, w_zp=0,
                                                  out_zp=0, mult=0.5), [o])
-    want = np.array([0, 2, 0, -2, 2, 64, -64, 0, 4], np.int8)  # 127·0.5 = 63.5 → 64; −128·0.5 = −64
+    want = np.array([1, 2, -1, -2, 3, 64, -64, 0, 4], np.int8)  # 127·0.5 = 63.5 → 64; −128·0.5 = −64
     case.expect = (out, want)
     return case.name, want
 
@@ -113,9 +114,9 @@ def test_portable_pair_multiply_add_matches(monkeypatch) -> None:
         outcome.check(name)
 
 
-def test_ties_round_to_even_not_away(outcome: Outcome) -> None:
+def test_ties_round_half_away_not_to_even(outcome: Outcome) -> None:
     got = outcome.output("QMatMul-spec-ties")
-    assert got[0] == 0 and got[1] == 2 and got[4] == 2, got   # half-away would give 1, 2, 3
+    assert got[0] == 1 and got[1] == 2 and got[4] == 3, got   # ONNX's ties-to-even would give 0, 2, 2
 
 
 # ── bad input ────────────────────────────────────────────────────────────────

@@ -1,16 +1,18 @@
-"""QMatMul / QConv2d against one-node ONNX QLinearMatMul / QLinearConv models, bit-exact.
+"""QMatMul / QConv2d against ONNX, bit-exact.
 
-The thunk's `mult` is ONNX's `a_scale·b_scale/y_scale` computed in f32 (as the reference
-evaluator computes it from f32 scales); QLinearMatMul has no bias, so the thunk gets a zero one.
-Scales are chosen so that the products land on exact halves (ties to even), saturate at both
-ends, and sweep generic values; zero points cover the int8 extremes.
+The integer part — `Σ (x − x_zp)(w − w_zp)` in int32 — is ONNX's `MatMulInteger`/`ConvInteger`
+(plus the bias). The requantization is RLX's (semantics.md §3.8): `round_half_away(f32(acc)·mult)
++ out_zp`, saturated; ONNX's `QLinearMatMul`/`QLinearConv` round `acc·mult + zp` half to even in
+float64 instead, so those are compared where no product lies near a half (`GENERIC`, `TINY`),
+and the tie cases (`HALVES`, every odd sum a tie) are compared with the spec's rounding.
+The thunk's `mult` is ONNX's `a_scale·b_scale/y_scale` computed in f32.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from rlx_llvm import thunks as T
-from tests.oracles.onnx_check import OnnxCase, oracle_test, rng
+from tests.oracles.onnx_check import OnnxCase, onnx_run, oracle_test, rng
 
 I8 = np.dtype(np.int8)
 
@@ -30,6 +32,14 @@ def multiplier(a_scale: float, b_scale: float, y_scale: float) -> float:
     return float(np.float32(a_scale) * np.float32(b_scale) / np.float32(y_scale))
 
 
+def rlx_requantize(acc: np.ndarray, mult: float, out_zp: int) -> np.ndarray:
+    """semantics.md §3.8: `clamp(round_half_away(acc·mult) + out_zp, −128, 127)`, the product in f32."""
+    with np.errstate(over="ignore"):
+        real = (acc.astype(np.float32) * np.float32(mult)).astype(np.float64)
+    away = np.clip(np.sign(real) * np.floor(np.abs(real) + 0.5), -1024, 1024).astype(np.int32)
+    return np.clip(away + out_zp, -128, 127).astype(np.int8)
+
+
 def qmatmul_case(m, k, n, zps, scales) -> OnnxCase:
     """QMatMul ↔ QLinearMatMul; `zps` = (x, w, y) zero points, `scales` = (x, w, y) scales."""
     x, w = int8s((m, k), 1, m, k), int8s((k, n), 2, k, n)
@@ -41,8 +51,12 @@ def qmatmul_case(m, k, n, zps, scales) -> OnnxCase:
         return T.QMatMul(x=x_, w=w_, bias=bias, out=out, m=m, k=k, n=n, x_zp=xz, w_zp=wz, out_zp=yz,
                          mult=multiplier(xs, ws, ys))
 
+    def rlx_rounding() -> np.ndarray:
+        acc = onnx_run("MatMulInteger", [x, w, np.int8(xz), np.int8(wz)])[0]
+        return rlx_requantize(acc, multiplier(xs, ws, ys), yz)
+
     return OnnxCase(f"QMatMul-{m}x{k}x{n}-zp{zps}-s{scales}", "QLinearMatMul", inputs, build, (m, n), I8,
-                    extra=[np.zeros(n, np.int32)])
+                    extra=[np.zeros(n, np.int32)], expect=None if scales in EXACT else rlx_rounding)
 
 
 def qconv_case(n, c_in, hw, c_out, kernel, stride, pad, dilation, groups, zps, scales) -> OnnxCase:
@@ -62,14 +76,20 @@ def qconv_case(n, c_in, hw, c_out, kernel, stride, pad, dilation, groups, zps, s
                          ph=pad[0], pw=pad[1], dh=dilation[0], dw=dilation[1], groups=groups, x_zp=xz, w_zp=wz,
                          out_zp=yz, mult=multiplier(xs, ws, ys))
 
+    def rlx_rounding() -> np.ndarray:
+        acc = onnx_run("ConvInteger", [x, w, np.int8(xz), np.int8(wz)], attrs)[0] + bias[:, None, None]
+        return rlx_requantize(acc, multiplier(xs, ws, ys), yz)
+
     return OnnxCase(f"QConv2d-{n}x{c_in}x{hw}-{c_out}-k{kernel}s{stride}p{pad}d{dilation}g{groups}-zp{zps}-s{scales}",
-                    "QLinearConv", inputs, build, (n, c_out, *out), I8, attrs=attrs)
+                    "QLinearConv", inputs, build, (n, c_out, *out), I8, attrs=attrs,
+                    expect=None if scales in EXACT else rlx_rounding)
 
 
 GENERIC = (0.02, 0.013, 0.37)
 HALVES = (1.0, 1.0, 2.0)        # mult = 0.5: every odd sum is a tie
 SATURATING = (0.5, 0.25, 0.01)
 TINY = (0.001, 0.002, 3.0)
+EXACT = (GENERIC, TINY)         # no product near a half: QLinearMatMul/QLinearConv themselves agree
 
 CASES = [
     qmatmul_case(1, 1, 1, (0, 0, 0), GENERIC),
