@@ -36,6 +36,7 @@ I8_RANGE = (-128, 127)
 Q_MAX = {8: 127.0, 4: 7.0, 2: 1.0}   # fake-quantization range ±q_max by bit width
 MIN_SCALE = 1e-12                    # the floor of every fake-quantization scale
 PAR_ELEMS = 1 << 15   # elements a thread should get before segments are split across threads
+MAX_PERIOD = 1 << 14  # longest `chan_dim·inner` whose per-element parameters are laid out in scratch
 
 Segment = Callable[[EmitContext, ir.Value, ir.Value], None]   # (ctx, channel, first element)
 ParamsOf = Callable[[EmitContext, ir.Value], list[ir.Value]]  # (ctx, channel) → that channel's parameters
@@ -93,6 +94,9 @@ def for_each_channel_run(ctx: EmitContext, t, params_of: ParamsOf, lanes: Lanes)
     if t.chan_dim == 1:
         per_tensor_run(ctx, t, params_of, lanes)
         return
+    if t.inner < ctx.lanes and t.chan_dim * t.inner <= MAX_PERIOD:
+        periodic_run(ctx, t, params_of, lanes)
+        return
 
     def segment(sub: EmitContext, c: ir.Value, first: ir.Value) -> None:
         params = params_of(sub, c)
@@ -117,6 +121,30 @@ def per_tensor_run(ctx: EmitContext, t, params_of: ParamsOf, lanes: Lanes) -> No
         params = params_of(ctx, I64(0))
         with ctx.for_range(main, t.len, name="tail") as i:
             lanes(ctx, params, i, 1)
+
+
+def periodic_run(ctx: EmitContext, t, params_of: ParamsOf, lanes: Lanes) -> None:
+    """Short segments (`inner < W`): the parameters of every position of one `[chan_dim, inner]` period
+    laid out in the calling thread's scratch, then each period a vector loop reading them as vectors
+    (periods split across threads)."""
+    b, period = ctx.b, t.chan_dim * t.inner
+    tables: list[tuple[int, ir.Type]] = []
+    with ctx.for_range(0, period, name="pos") as j:
+        for k, p in enumerate(params_of(ctx, b.udiv(j, I64(t.inner)))):
+            if k == len(tables):
+                tables.append((ctx.scratch_alloc(4 * period), p.type))
+            ctx.store(tables[k][0], p, j, base=ctx.scratch)
+
+    def run(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="period") as o:
+            first = imul(sub.b, o, period)
+
+            def body(j: ir.Value, w: int) -> None:
+                params = [sub.load(at, ty, j, w, base=sub.shared) for at, ty in tables]
+                lanes(sub, params, sub.b.add(first, j), w)
+            sub.vector_loop(period, body)
+
+    ctx.parallel_for(t.len // period, run, min_work=max(1, PAR_ELEMS // period))
 
 
 def constant_table(ctx: EmitContext, name: str, ty: ir.Type, values: Sequence) -> ir.GlobalVariable:

@@ -185,6 +185,8 @@ def build() -> Suite:
     add_quantize(s, (1, 1, HUGE), tag="-threads")                       # split across threads
     add_quantize(s, (7, 3, 4001), tag="-threads")
     add_dequantize(s, (3, 5, 2003), tag="-threads")
+    add_quantize(s, (4001, 7, 1), tag="-threads")                       # short segments: periodic, threaded
+    add_dequantize(s, (3001, 3, 5), tag="-threads")
     small = dict(scales=(1e-38,), zero_points=(3,))                        # reciprocal 1e38: denormals count
     add_quantize(s, (1, 1, 45), small, f32_values(45, 3, scale=1e-39), tag="-tiny-scale")
     add_quantize(s, (1, 1, 19), dict(scales=(3.0e38,), zero_points=(-7,)), tag="-huge-scale")
@@ -199,8 +201,10 @@ def build() -> Suite:
     for mode in MODES:
         add_fake_quantize(s, (1, 1, HUGE), 8, mode, tag="-threads")
         add_fake_quantize(s, (7, 3, 4001), 4, mode, tag="-threads")
+        add_fake_quantize(s, (3001, 9, 1), 2, mode, tag="-threads")
     for ste in SteKind:
         add_fake_backward(s, (7, 3, 4001), 2, ste, tag="-threads")
+        add_fake_backward(s, (2001, 5, 3), 8, ste, tag="-threads")
     add_fake_quantize(s, (1, 3, 5), 8, ScaleMode.Fixed, np.array([np.nan, -1.0, 1e-30], np.float32), tag="-floor")
     add_fake_quantize(s, (1, 3, 5), 8, ScaleMode.EMA(decay=0.0), np.array([np.nan, np.inf, 1.0], np.float32),
                       tag="-odd-state")
@@ -210,6 +214,7 @@ def build() -> Suite:
             add_lsq(s, kind, layout, bits)
     for kind in LSQ_KINDS:
         add_lsq(s, kind, (7, 3, 4001), 4, tag="-threads")
+        add_lsq(s, kind, (3001, 11, 1), 8, tag="-threads")
     add_lsq(s, T.FakeQuantizeLSQBackwardScale, (1, 1, LSQ_X.size), 2, LSQ_X, np.ones(1, np.float32),
             np.ones(LSQ_X.size, np.float32), tag="-spec")
     s.cases[-1].expect = (s.cases[-1].outputs[0][0], np.array([-0.1], np.float32))
