@@ -3,8 +3,10 @@ docs/lowering-quantize.md).
 
 Every kind views its `len` elements as `[len / (chan_dim·inner), chan_dim, inner]`: element `i`
 belongs to channel `c = (i / inner) mod chan_dim`.  A *segment* is one run of `inner` elements of one
-channel; the kernels walk segments (split across threads where the kind is element-wise) and run a
-vector loop inside each with the channel's parameters splatted.
+channel.  Element-wise passes (`for_each_channel_run`) run a vector loop over each segment with the
+channel's parameters splatted; per tensor over an even split of the whole tensor; for short segments
+over whole `[chan_dim, inner]` periods with per-position parameters laid out in scratch.  Channel
+reductions (`channel_total`) walk the channel's segments with `rows.reduce_row`.
 
 * **Quantize**: `q = clamp(round_half_away(x·(1/scale[c])) + zp[c], −128, 127)`, a NaN product → `zp[c]`.
 * **Dequantize**: `x = f32(q − zp[c])·scale[c]`.
@@ -24,8 +26,8 @@ import numpy as np
 from llvmlite import ir
 
 from .. import thunks as T
-from ..ops import ScaleMode, SteKind
 from ..errors import ValidationError
+from ..ops import ScaleMode, SteKind
 from ..registry import lowering
 from . import vecmath as vm
 from .context import EmitContext
@@ -71,21 +73,14 @@ def check_int8_params(t: "T.Quantize | T.Dequantize") -> None:
 
 # ── walking the channels ─────────────────────────────────────────────────────
 
-def for_each_segment(ctx: EmitContext, t, segment: Segment, parallel: bool = True) -> None:
+def for_each_segment(ctx: EmitContext, t, segment: Segment) -> None:
     """`segment(ctx, c, first)` for every run of `inner` elements (channel `c`, starting at element
-    `first`), the runs split across threads when `parallel`."""
-    count = t.len // t.inner
-
+    `first`), the runs split across threads."""
     def run(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
         with sub.for_range(start, stop, name="seg") as s:
             segment(sub, sub.b.urem(s, I64(t.chan_dim)), imul(sub.b, s, t.inner))
 
-    if count == 0:
-        return
-    if parallel:
-        ctx.parallel_for(count, run, min_work=max(1, PAR_ELEMS // t.inner))
-    else:
-        run(ctx, I64(0), I64(count))
+    ctx.parallel_for(t.len // t.inner, run, min_work=max(1, PAR_ELEMS // t.inner))
 
 
 def for_each_channel_run(ctx: EmitContext, t, params_of: ParamsOf, lanes: Lanes) -> None:
