@@ -19,9 +19,9 @@ from ..reference.scaled import FORMATS, block_of, minifloat
 from ..registry import lowering
 from ..thunks.base import cdiv
 from . import lowp_floats as lp
-from .context import EmitContext
+from .context import EmitContext, ScratchRef, pointer
 from .rows import Combine, parallel_rows, reduce_row
-from .gemm import ACCUMULATORS, PANEL_VECTORS, TileShape, _runs
+from .gemm import ACCUMULATORS, PANEL_VECTORS, PARALLEL_MIN_FMAS, TileShape, _runs
 from .toolkit import F32, I32, I64, I8, Index, as_value, call_intrinsic, iadd, imul, scratch_ptr, splat, zero_bytes
 
 AMAX = Combine("fmax", 0.0)   # NaN-ignoring max of |x|, 0 for an empty or all-NaN block
@@ -142,71 +142,107 @@ def check_scaled_matmul(t: T.ScaledMatMul) -> None:
     check_scaled_layout(t.layout)
 
 
+def transpose(b: ir.IRBuilder, vs: list[ir.Value]) -> list[ir.Value]:
+    """The g×g transpose of g vectors of g lanes (g a power of two): log2 g rounds of interleaving
+    vector i with vector i + g/2 (Eklundh)."""
+    g = len(vs)
+    h = g // 2
+    lo = ir.Constant(ir.VectorType(I32, g), [j for i in range(h) for j in (i, i + g)]) if h else None
+    hi = ir.Constant(ir.VectorType(I32, g), [j for i in range(h, g) for j in (i, i + g)]) if h else None
+    for _ in range(g.bit_length() - 1):
+        vs = [b.shuffle_vector(vs[i], vs[i + h], mask) for i in range(h) for mask in (lo, hi)]
+    return vs
+
+
 def decode_transposed(ctx: EmitContext, t, which: str, rows: tuple[Index, int], ks: tuple[int, int],
                       dst: ir.Value, ld: int) -> None:
     """`dst[(kk − k0)·ld + (r − r0)] = decode(code[r, kk])·scale(r, block(kk))` for the `rows` (first, count)
-    of `which` ("lhs"/"rhs") and `kk ∈ [k0, k0 + kc)` — a row-major code matrix decoded as its transpose."""
+    of `which` ("lhs"/"rhs") and `kk ∈ [k0, k0 + kc)` — a row-major code matrix decoded as its transpose:
+    W rows × W codes at a time, decoded as W vectors, transposed in registers, stored as W vectors."""
     f = minifloat(getattr(t, f"{which}_fmt"))
     codes, scales = getattr(t, which), getattr(t, f"{which}_scale")
     k0, kc = ks
     block = block_of(t.layout, t.k)
     seg = block if t.layout.name != "PerTensor" else kc
-    b = ctx.b
+    b, w = ctx.b, ctx.lanes
 
-    def segment(r: ir.Value, rr: ir.Value, first: Index, count: int) -> None:
-        s = load_scale(ctx, t.layout, scales, iadd(b, imul(b, r, cdiv(t.k, block)), b.udiv(as_value(first), I64(block))))
-
-        def lanes(j: ir.Value, w: int) -> None:
+    def tile(r0: Index, rr0: Index, g: int, first: Index, count: int) -> None:
+        """Rows `[r0, r0 + g)`, codes `[first, first + count)` of one scale block (`count % g == 0`)."""
+        block_index = b.udiv(as_value(first), I64(block))
+        ss = [splat(b, load_scale(ctx, t.layout, scales, iadd(b, imul(b, iadd(b, r0, i), cdiv(t.k, block)),
+                                                                  block_index)), g) for i in range(g)]
+        with ctx.for_range(0, count, g, name="dk") as j:
             kk = iadd(b, first, j)
-            v = b.fmul(lp.decode(ctx, f, ctx.load(codes, I8, iadd(b, imul(b, r, t.k), kk), w)), splat(b, s, w))
-            at = iadd(b, imul(b, b.sub(as_value(kk), I64(k0)), ld), rr)
-            for lane in range(w):
-                x = v if w == 1 else b.extract_element(v, I32(lane))
-                ctx.store(0, x, iadd(b, at, lane * ld), base=dst)
-        ctx.vector_loop(count, lanes, name="dec")
+            vs = [b.fmul(lp.decode(ctx, f, ctx.load(codes, I8, iadd(b, imul(b, iadd(b, r0, i), t.k), kk), g)), ss[i])
+                  for i in range(g)]
+            at = iadd(b, imul(b, b.sub(as_value(kk), as_value(k0)), ld), rr0)
+            for lane, v in enumerate(transpose(b, vs)):
+                ctx.store(0, v, iadd(b, at, lane * ld), base=dst)
 
-    first_row, count = rows
-    with ctx.for_range(0, count, name="drow") as rr:
-        r = iadd(b, first_row, rr)
+    def segment(r0: Index, rr0: Index, g: int, first: Index, count: int) -> None:
+        main, rest = count - count % g, count % g
+        if main:
+            tile(r0, rr0, g, first, main)
+        if rest:
+            with ctx.for_range(0, g, name="drest") as i:
+                tile(iadd(b, r0, i), iadd(b, rr0, i), 1, iadd(b, first, main), rest)
+
+    def row_group(rr0: Index, g: int) -> None:
+        r0 = iadd(b, rows[0], rr0)
         full, tail = divmod(kc, seg)
         if full:
             with ctx.for_range(0, full, name="seg") as sj:
-                segment(r, rr, iadd(b, imul(b, sj, seg), k0), seg)
+                segment(r0, rr0, g, iadd(b, imul(b, sj, seg), k0), seg)
         if tail:
-            segment(r, rr, k0 + full * seg, tail)
+            segment(r0, rr0, g, iadd(b, k0, full * seg), tail)
+
+    groups, rest = divmod(rows[1], w)
+    if groups:
+        with ctx.for_range(0, groups, name="dgroup") as gi:
+            row_group(imul(b, gi, w), w)
+    if rest:
+        with ctx.for_range(groups * w, rows[1], name="drow") as rr:
+            row_group(rr, 1)
 
 
-def k_chunks(t: T.ScaledMatMul, panel_cols: int) -> list[tuple[int, int]]:
-    """(first k, length) of the k-chunks whose decoded `[kc, panel_cols]` panel fits `PANEL_BYTES`; each
-    chunk is a whole number of scale blocks."""
+def chunk_size(t: T.ScaledMatMul, panel_cols: int) -> int:
+    """The k-chunk length whose decoded `[kc, panel_cols]` panel fits `PANEL_BYTES`, a whole number of
+    scale blocks, at most k."""
     kc = max(1, PANEL_BYTES // (4 * panel_cols))
     if t.layout.name != "PerTensor":
         block = block_of(t.layout, t.k)
         kc = max(1, kc // block) * block
-    return [(k0, min(kc, t.k - k0)) for k0 in range(0, t.k, kc)]
+    return min(kc, t.k)
 
 
 @lowering(T.ScaledMatMul, check=check_scaled_matmul)
 def scaled_matmul(ctx: EmitContext, t: T.ScaledMatMul) -> None:
     """`dst = decode(lhs)·scale ⋅ (decode(rhs)·scale)ᵀ (+ bias)`: the lhs decoded once (transposed) into
-    scratch; per column panel and k-chunk the rhs decoded into an L1 panel and multiplied by gemm's tiles."""
+    scratch; per column panel and k-chunk the rhs decoded into an L1 panel and multiplied by gemm's tiles;
+    column panels split across threads when there is enough work."""
     if not t.m * t.n:
         return
     b, w = ctx.b, ctx.lanes
-    dst = ctx.addr(t.dst)
     if t.k == 0:
-        zero_bytes(ctx, dst, 4 * t.m * t.n)
+        zero_bytes(ctx, ctx.addr(t.dst), 4 * t.m * t.n)
     else:
         panel_cols = min(PANEL_VECTORS * w, -(-t.n // w) * w)
-        a_t = scratch_ptr(ctx, ctx.scratch_alloc(4 * t.m * t.k))
-        decode_transposed(ctx, t, "lhs", (I64(0), t.m), (0, t.k), a_t, t.m)
-        panel = scratch_ptr(ctx, ctx.scratch_alloc(PANEL_BYTES))
+        a_off = ctx.scratch_alloc(4 * t.m * t.k)
+        decode_transposed(ctx, t, "lhs", (I64(0), t.m), (0, t.k), scratch_ptr(ctx, a_off), t.m)
         full, rest = divmod(t.n, panel_cols)
-        if full:
-            with ctx.for_range(0, full, name="panel") as j:
-                _panel(ctx, t, imul(b, j, panel_cols), panel_cols, panel_cols, a_t, panel)
-        if rest:
-            _panel(ctx, t, I64(full * panel_cols), rest, panel_cols, a_t, panel)
+
+        def panels(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+            a_t, panel = pointer(sub, ScratchRef(a_off)), scratch_ptr(sub, sub.scratch_alloc(PANEL_BYTES))
+            with sub.for_range(start, stop, name="panel") as j:
+                with sub.b.if_else(sub.b.icmp_signed("<", j, I64(full))) as (whole, last):
+                    with whole:
+                        if full:
+                            _panel(sub, t, imul(sub.b, j, panel_cols), panel_cols, panel_cols, a_t, panel)
+                    with last:
+                        if rest:
+                            _panel(sub, t, I64(full * panel_cols), rest, panel_cols, a_t, panel)
+        min_panels = max(1, PARALLEL_MIN_FMAS // (t.m * t.k * panel_cols))
+        ctx.parallel_for(full + (rest > 0), panels, min_work=min_panels)
     if t.has_bias:
         with ctx.for_range(0, t.m, name="brow") as i:
             def add_bias(j: ir.Value, lanes: int) -> None:
@@ -217,17 +253,27 @@ def scaled_matmul(ctx: EmitContext, t: T.ScaledMatMul) -> None:
 
 def _panel(ctx: EmitContext, t: T.ScaledMatMul, col: ir.Value, width: int, ld: int, a_t: ir.Value,
            panel: ir.Value) -> None:
-    """Columns `[col, col + width)` of dst: per k-chunk, decode the rhs panel, then every row tile."""
+    """Columns `[col, col + width)` of dst: per k-chunk, decode the rhs panel, then every row tile (the
+    first chunk writes dst, the others accumulate; a run-time loop over the middle chunks)."""
     b, w = ctx.b, ctx.lanes
+    kc = chunk_size(t, ld)
+    whole, tail = divmod(t.k, kc)
     nv = -(-width // w)
     mr = max(1, min(t.m, ACCUMULATORS.get(w, 12) // nv))
-    for k0, kc in k_chunks(t, ld):
+
+    def chunk(k0: Index, kc: int, accumulate: bool) -> None:
         decode_transposed(ctx, t, "rhs", (col, width), (k0, kc), panel, ld)
         for i0, rows, count in _runs(t.m, mr):
-            fn = TileShape(F32, w, rows, nv, k0 != 0).function(ctx)
+            fn = TileShape(F32, w, rows, nv, accumulate).function(ctx)
             with ctx.for_range(0, count, name="rtile") as tr:
                 row0 = iadd(b, imul(b, tr, rows), i0)
-                b.call(fn, [ctx.addr(0, iadd(b, row0, k0 * t.m), 4, base=a_t), panel,
+                b.call(fn, [ctx.addr(0, iadd(b, row0, imul(b, k0, t.m)), 4, base=a_t), panel,
                             ctx.addr(t.dst, iadd(b, imul(b, row0, t.n), col), 4),
                             I64(1), I64(t.m), I64(ld), I64(t.n), I64(kc), I64(width - (nv - 1) * w),
                             ir.Constant(F32, 1.0), ir.Constant(F32, 1.0)])
+    chunk(I64(0), kc, False)
+    if whole > 1:
+        with ctx.for_range(1, whole, name="kchunk") as c:
+            chunk(imul(b, c, kc), kc, True)
+    if tail:
+        chunk(I64(whole * kc), tail, True)

@@ -101,7 +101,8 @@ def build() -> Suite:
     return s
 
 
-MATMUL_SHAPES = ((1, 64, 37), (5, 45, 19), (13, 300, 70), (1, 1, 1), (4, 0, 5), (7, 1031, 2 * W + 3))
+MATMUL_SHAPES = ((1, 64, 37), (5, 45, 19), (13, 300, 70), (1, 1, 1), (4, 0, 5), (7, 1031, 2 * W + 3),
+                 (16, 512, 300))   # the last splits its column panels across threads
 MATMUL_FORMATS = ((F.F8E4M3, F.F8E4M3), (F.F8E5M2, F.F4E2M1), (CUSTOM, F.F6E2M3), (F.F8E4M3Fnuz, F.F8E5M2Fnuz))
 
 
