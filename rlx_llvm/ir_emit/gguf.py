@@ -25,9 +25,11 @@ from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import QuantScheme
 from ..registry import lowering
+from ..kernels.blas import Status
 from ..thunks.quant import GGUF_BLOCKS
 from .context import EmitContext
-from .toolkit import F16, F32, FASTMATH, I16, I32, I64, I8, PTR, carried_loop, const, splat, vec
+from .gemm import expert_of
+from .toolkit import F16, F32, FASTMATH, I16, I32, I64, I8, PTR, carried_loop, const, fail_unless, splat, vec
 
 MR = 4              # rows of x sharing one decoded chunk
 NR = 2              # weight rows decoded together (their chunks share each load of x)
@@ -282,26 +284,29 @@ def scheme_name(t: T.DequantMatMulGguf) -> str:
     return type(t.scheme).__name__ if isinstance(t.scheme, QuantScheme) else repr(t.scheme)
 
 
-def check_gguf(t: T.DequantMatMulGguf) -> None:
-    """A GGUF scheme this module decodes, and `k` a whole number of its blocks."""
+def check_gguf(t: T.DequantMatMulGguf, k_field: str = "k") -> None:
+    """A GGUF scheme this module decodes, and `k` (field `k_field`) a whole number of its blocks."""
     name = scheme_name(t)
     if name not in DECODERS:
-        raise ValidationError(f"scheme {name} is not decoded by DequantMatMulGguf (decoded: "
+        raise ValidationError(f"scheme {name} is not decoded by {type(t).__name__} (decoded: "
                               f"{', '.join(DECODERS)})", field="scheme")
     elems, nbytes = GGUF_BLOCKS[name]
-    if t.k % elems:
-        raise ValidationError(f"k = {t.k} is not a multiple of the {name} block size {elems} "
-                              f"({nbytes} bytes per block)", field="k")
+    k = getattr(t, k_field)
+    if k % elems:
+        raise ValidationError(f"{k_field} = {k} is not a multiple of the {name} block size {elems} "
+                              f"({nbytes} bytes per block)", field=k_field)
 
 
-def tile(ctx: EmitContext, t: T.DequantMatMulGguf, j: ir.Value, cols: int, row: ir.Value, rows: int) -> None:
-    """`dst[row + r, j + c]` for r < rows, c < cols: every block of weight rows `j…j + cols` decoded
-    once into registers and multiplied into each x row's accumulators (`chains` independent ones
-    per output when the tile alone is too small to hide the FMA latency)."""
+def tile(ctx: EmitContext, t: T.DequantMatMulGguf, j: ir.Value, cols: int, row: ir.Value, rows: int,
+         w_row: ir.Value | None = None) -> None:
+    """`dst[row + r, j + c]` for r < rows, c < cols: every block of weight rows `w_row…w_row + cols`
+    (default `j…`) decoded once into registers and multiplied into each x row's accumulators
+    (`chains` independent ones per output when the tile alone is too small to hide the FMA latency)."""
     b, name = ctx.b, scheme_name(t)
     elems, nbytes = GGUF_BLOCKS[name]
     width, blocks = chunk_width(ctx.lanes), t.k // elems
-    w_rows = [ctx.addr(t.w_q, b.mul(b.add(j, I64(c)), I64(blocks * nbytes))) for c in range(cols)]
+    w_row = j if w_row is None else w_row
+    w_rows = [ctx.addr(t.w_q, b.mul(b.add(w_row, I64(c)), I64(blocks * nbytes))) for c in range(cols)]
     x_rows = [ctx.addr(t.x, b.mul(b.add(row, I64(r)), I64(t.k)), 4) for r in range(rows)]
     chains = max(1, min(elems // width, ACCUMULATORS // (rows * cols)))
     slots = [(r, c) for r in range(rows) for c in range(cols)]
@@ -350,8 +355,7 @@ def dequant_matmul_gguf(ctx: EmitContext, t: T.DequantMatMulGguf) -> None:
         return
     elems, nbytes = GGUF_BLOCKS[scheme_name(t)]
     if t.k == 0:
-        with ctx.for_range(0, t.m * t.n, name="z") as i:
-            ctx.store(t.dst, F32(0.0), i)
+        zero_fill(ctx, t.dst, t.m * t.n)
         return
     row_bytes = t.k // elems * nbytes
 
@@ -364,3 +368,48 @@ def dequant_matmul_gguf(ctx: EmitContext, t: T.DequantMatMulGguf) -> None:
             column_tile(sub, t, j, 1)
 
     ctx.parallel_for(t.n, columns, grain=NR, min_work=max(1, PAR_BYTES // max(1, row_bytes * t.m)))
+
+
+# ── DequantGroupedMatMulGguf ─────────────────────────────────────────────────
+
+def check_grouped_gguf(t: T.DequantGroupedMatMulGguf) -> None:
+    """As DequantMatMulGguf (on `k_dim`), and an expert for every row."""
+    check_gguf(t, "k_dim")
+    if t.m and t.num_experts == 0:
+        raise ValidationError(f"num_experts = 0 but m = {t.m} rows need an expert", field="num_experts")
+
+
+def zero_fill(ctx: EmitContext, dst: int, count: int) -> None:
+    """`count` f32 zeros at `dst` (a product over k = 0)."""
+    with ctx.for_range(0, count, name="z") as i:
+        ctx.store(dst, F32(0.0), i)
+
+
+@lowering(T.DequantGroupedMatMulGguf, check=check_grouped_gguf)
+def dequant_grouped_matmul_gguf(ctx: EmitContext, t: T.DequantGroupedMatMulGguf) -> None:
+    """`dst[i] = input[i] @ W[idx[i]]ᵀ`, each row a GEMV over its expert's packed slab (expert `e`'s
+    weight row `j` is row `e·n + j` of the stack); every id is checked (`INDEX_OUT_OF_RANGE`) before
+    anything is written, and weight rows are split across threads."""
+    if t.m == 0 or t.n == 0:
+        return
+    b = ctx.b
+    with ctx.for_range(0, t.m, name="ids") as i:
+        fail_unless(ctx, b.icmp_unsigned("<", expert_of(ctx, t.expert_idx, i), I64(t.num_experts)),
+                    Status.INDEX_OUT_OF_RANGE)
+    if t.k_dim == 0:
+        zero_fill(ctx, t.dst, t.m * t.n)
+        return
+    flat = T.DequantMatMulGguf(x=t.input, w_q=t.w_q, dst=t.dst, m=t.m, k=t.k_dim, n=t.n, scheme=t.scheme)
+    elems, nbytes = GGUF_BLOCKS[scheme_name(t)]
+
+    def columns(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        sb = sub.b
+        full = sb.add(start, sb.mul(sb.udiv(sb.sub(stop, start), I64(NR)), I64(NR)))
+        with sub.for_range(0, t.m, name="row") as i:
+            first = sb.mul(expert_of(sub, t.expert_idx, i), I64(t.n))
+            with sub.for_range(start, full, NR, name="j") as j:
+                tile(sub, flat, j, NR, i, 1, w_row=sb.add(first, j))
+            with sub.for_range(full, stop, name="j") as j:
+                tile(sub, flat, j, 1, i, 1, w_row=sb.add(first, j))
+
+    ctx.parallel_for(t.n, columns, grain=NR, min_work=max(1, PAR_BYTES // max(1, t.k_dim // elems * nbytes * t.m)))

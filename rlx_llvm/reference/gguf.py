@@ -16,6 +16,7 @@ from .. import thunks as T
 from ..ops import QuantScheme
 from ..thunks.quant import GGUF_BLOCKS
 from . import reference, view
+from .gemm import expert_ids
 
 IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 
@@ -164,14 +165,33 @@ def dequantize(scheme: str, data: np.ndarray) -> np.ndarray:
         return DECODERS[scheme](np.asarray(data, np.uint8).reshape(-1, nbytes)).astype(np.float32).reshape(-1)
 
 
-@reference(T.DequantMatMulGguf)
-def dequant_matmul_gguf(arena: np.ndarray, t: T.DequantMatMulGguf) -> None:
-    """`dst = x @ Wᵀ`, W `[n, k]` decoded to f32, the products summed in f64 and rounded once."""
+def slabs(arena: np.ndarray, t, count: int, k: int) -> np.ndarray:
+    """`count` packed `[n, k]` GGUF matrices at `t.w_q`, decoded to f32 `[count, n, k]`."""
     assert isinstance(t.scheme, QuantScheme)
     name = type(t.scheme).__name__
     elems, nbytes = GGUF_BLOCKS[name]
-    w = dequantize(name, view(arena, t.w_q, np.uint8, t.n * t.k // elems * nbytes)).reshape(t.n, t.k)
+    data = view(arena, t.w_q, np.uint8, count * t.n * k // elems * nbytes)
+    return dequantize(name, data).reshape(count, t.n, k)
+
+
+@reference(T.DequantMatMulGguf)
+def dequant_matmul_gguf(arena: np.ndarray, t: T.DequantMatMulGguf) -> None:
+    """`dst = x @ Wᵀ`, W `[n, k]` decoded to f32, the products summed in f64 and rounded once."""
+    w = slabs(arena, t, 1, t.k)[0]
     x = view(arena, t.x, np.float32, t.m * t.k).reshape(t.m, t.k)
     with np.errstate(invalid="ignore", over="ignore"):
         out = x.astype(np.float64) @ w.astype(np.float64).T
+    view(arena, t.dst, np.float32, t.m * t.n)[:] = out.astype(np.float32).reshape(-1)
+
+
+@reference(T.DequantGroupedMatMulGguf)
+def dequant_grouped_matmul_gguf(arena: np.ndarray, t: T.DequantGroupedMatMulGguf) -> None:
+    """`dst[i] = input[i] @ W[idx[i]]ᵀ` over `num_experts` decoded `[n, k_dim]` slabs."""
+    ids = expert_ids(arena, t.expert_idx, t.m)
+    if t.m and ids.max() >= t.num_experts:
+        raise IndexError(f"expert id {int(ids.max())} ≥ num_experts {t.num_experts}")
+    w = slabs(arena, t, t.num_experts, t.k_dim)
+    x = view(arena, t.input, np.float32, t.m * t.k_dim).reshape(t.m, t.k_dim)
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = np.einsum("ik,ink->in", x.astype(np.float64), w[ids.astype(np.intp)].astype(np.float64))
     view(arena, t.dst, np.float32, t.m * t.n)[:] = out.astype(np.float32).reshape(-1)

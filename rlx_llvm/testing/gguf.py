@@ -1,4 +1,4 @@
-"""Examples of DequantMatMulGguf, and random GGUF blocks (every code value; scales sane or arbitrary)."""
+"""Examples of DequantMatMulGguf and DequantGroupedMatMulGguf, and random GGUF blocks (every code value; scales sane or arbitrary)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import numpy as np
 from .. import thunks as T
 from ..ops import QuantScheme
 from ..thunks.quant import GGUF_BLOCKS
-from .layout import Example, Values, example
+from .layout import Example, Values, example, ints
 
 SCALES: dict[str, tuple[int, ...]] = {
     "GgufQ8_0": (0,), "GgufQ4_0": (0,), "GgufQ4_1": (0, 2), "GgufQ5_0": (0,), "GgufQ5_1": (0, 2),
@@ -36,9 +36,14 @@ def gguf_weights(scheme: str) -> Values:
 
 
 def gguf() -> list[Example]:
-    """DequantMatMulGguf over a legacy and a K-quant block type, odd m and n."""
+    """DequantMatMulGguf and DequantGroupedMatMulGguf over a legacy and a K-quant block type, odd m and n."""
     return [
         example(f"DequantMatMulGguf/{name}", T.DequantMatMulGguf(
             x=0, w_q=0, dst=0, m=3, k=k, n=5, scheme=getattr(QuantScheme, name)), w_q=gguf_weights(name), rtol=1e-5)
         for name, k in (("GgufQ4_0", 64), ("GgufQ4K", 256))
+    ] + [
+        example(f"DequantGroupedMatMulGguf/{name}", T.DequantGroupedMatMulGguf(
+            input=0, w_q=0, expert_idx=0, dst=0, m=5, k_dim=k, n=3, num_experts=3, scheme=getattr(QuantScheme, name)),
+            w_q=gguf_weights(name), expert_idx=ints(0, 3, "f4"), rtol=1e-5)
+        for name, k in (("GgufQ8_0", 64), ("GgufQ4K", 256))
     ]

@@ -5,6 +5,8 @@
   scales that are NaN, ±inf or denormal (any NaN matches any NaN, at the same positions).
 * DequantMatMulGguf against its reference (f64 sums) for m in {1, 3, 17}, odd n, in one program;
   and against gguf-dequantize + a float64 NumPy matmul.
+* DequantGroupedMatMulGguf likewise (odd m, ids covering every expert), also against gguf-dequantize
+  + NumPy; an expert id ≥ num_experts is an ExecutionError natively and an IndexError in the reference.
 * Bad input: k not a whole number of blocks, a scheme not decoded, a weight buffer too short.
 """
 from __future__ import annotations
@@ -19,13 +21,18 @@ from gguf.quants import dequantize as gguf_dequantize
 from llvmlite import binding as llvm
 from llvmlite import ir
 
+import rlx_llvm as rl
+from rlx_llvm import reference as reference_registry
 from rlx_llvm import thunks as T
+from rlx_llvm.errors import ExecutionError
 from rlx_llvm.ir_emit import gguf as emit
 from rlx_llvm.jit import host
+from rlx_llvm.kernels.blas import Status
 from rlx_llvm.ops import QuantScheme
 from rlx_llvm.reference import gguf as ref
 from rlx_llvm.testing.gguf import SCALES, random_blocks
 from rlx_llvm.thunks.quant import GGUF_BLOCKS
+from tests.harness import NAN_FILL as SENTINEL
 from tests.harness import Suite, assert_close, assert_same, expect_invalid, suite_tests
 
 ORACLE = {"GgufQ8_0": G.Q8_0, "GgufQ4_0": G.Q4_0, "GgufQ4_1": G.Q4_1, "GgufQ5_0": G.Q5_0, "GgufQ5_1": G.Q5_1,
@@ -149,14 +156,36 @@ def add_matmul(s: Suite, scheme: str, m: int, blocks: int, n: int) -> str:
     return name
 
 
+def every_expert(m: int, experts: int, rng: np.random.Generator) -> np.ndarray:
+    """f32-encoded expert ids of m ≥ experts rows, each expert used at least once, shuffled."""
+    return rng.permutation(np.arange(m) % experts).astype(np.float32)
+
+
+def add_grouped(s: Suite, scheme: str, m: int, blocks: int, n: int, experts: int) -> str:
+    """A DequantGroupedMatMulGguf case whose rows use every expert; returns its name."""
+    elems, _ = GGUF_BLOCKS[scheme]
+    k = blocks * elems
+    x, w, ids = s.normal(m, k), random_blocks(scheme, experts * n * blocks, s.rng), every_expert(m, experts, s.rng)
+    slabs = np.abs(ref.dequantize(scheme, w).reshape(experts, n, k).astype(np.float64))
+    magnitude = np.einsum("ik,ink->in", np.abs(x.astype(np.float64)), slabs[ids.astype(int)])
+    dst, o = s.out(np.float32, m * n)
+    name = f"DequantGroupedMatMulGguf-{scheme}-{m}x{k}x{n}-E{experts}"
+    s.add(name, T.DequantGroupedMatMulGguf(input=s.put(x), w_q=s.put(w, skew=1), expert_idx=s.put(ids), dst=dst,
+                                           m=m, k_dim=k, n=n, num_experts=experts,
+                                           scheme=getattr(QuantScheme, scheme)), [o], atol=1e-6 * magnitude.reshape(-1))
+    return name
+
+
 def build() -> Suite:
     s = Suite(11, rtol=1e-6)   # plus 1e-6·Σ|x·w| per output: f32 sums in another order
     for scheme in emit.DECODERS:
         elems, _ = GGUF_BLOCKS[scheme]
         for m in (1, 3, 17):
             add_matmul(s, scheme, m, 2 if elems == 256 else 5, 7)
+        add_grouped(s, scheme, 7, 1 if elems == 256 else 3, 5, 4)
     add_matmul(s, "GgufQ4_0", 5, 16, 301)     # weight rows split across threads
     add_matmul(s, "GgufQ6K", 2, 3, 129)
+    add_grouped(s, "GgufQ4_0", 9, 8, 257, 3)  # weight rows split across threads
     return s
 
 
@@ -177,6 +206,38 @@ def test_matmul_matches_gguf_dequantize_then_numpy(outcome, scheme: str, m: int)
     want = x @ w.T
     got = outcome.output(case.name).reshape(t.m, t.n)
     assert_close(got, want, rtol=1e-5, atol=1e-5 * np.abs(x) @ np.abs(w).T, what=case.name)
+
+
+@pytest.mark.parametrize("scheme", ["GgufQ8_0", "GgufQ4_0", "GgufQ4K", "GgufQ6K"])
+def test_grouped_matches_gguf_dequantize_then_numpy(outcome, scheme: str) -> None:
+    elems, nbytes = GGUF_BLOCKS[scheme]
+    case = next(c for c in SUITE.cases if c.name.startswith(f"DequantGroupedMatMulGguf-{scheme}-"))
+    t, arena = case.thunk, outcome.before
+    x = arena[t.input:t.input + 4 * t.m * t.k_dim].view(np.float32).reshape(t.m, t.k_dim).astype(np.float64)
+    ids = arena[t.expert_idx:t.expert_idx + 4 * t.m].view(np.float32).astype(int)
+    assert set(ids) == set(range(t.num_experts))
+    slab = t.n * t.k_dim // elems * nbytes
+    w = [oracle(scheme, arena[t.w_q + e * slab:t.w_q + (e + 1) * slab]).reshape(t.n, t.k_dim).astype(np.float64)
+         for e in ids]
+    want = np.stack([x[i] @ w[i].T for i in range(t.m)])
+    magnitude = np.stack([np.abs(x[i]) @ np.abs(w[i]).T for i in range(t.m)])
+    assert_close(outcome.output(case.name).reshape(t.m, t.n), want, rtol=1e-5, atol=1e-5 * magnitude, what=case.name)
+
+
+def test_out_of_range_expert_id_is_an_execution_error() -> None:
+    """Native: INDEX_OUT_OF_RANGE before anything is written; the reference raises too."""
+    lay = Suite(fill=SENTINEL)
+    w = random_blocks("GgufQ8_0", 2 * 3 * 2, lay.rng)
+    bad = T.DequantGroupedMatMulGguf(input=lay.put(lay.normal(3, 64)), w_q=lay.put(w),
+                                     expert_idx=lay.put(np.float32([0, 2, 1])), dst=lay.slot(36), m=3, k_dim=64, n=3,
+                                     num_experts=2, scheme=QuantScheme.GgufQ8_0)
+    arena = lay.arena()
+    with pytest.raises(ExecutionError) as info:
+        rl.compile(rl.ThunkSchedule([bad], arena_bytes=lay.nbytes), cache=False).run(arena)
+    assert (info.value.kind, info.value.status) == ("DequantGroupedMatMulGguf", Status.INDEX_OUT_OF_RANGE)
+    assert (arena.bytes[bad.dst:bad.dst + 36] == SENTINEL).all(), "the failing thunk writes nothing"
+    with pytest.raises(IndexError, match="num_experts 2"):
+        reference_registry.run_thunk(lay.initial_bytes(), bad)
 
 
 # ── bad input ────────────────────────────────────────────────────────────────
@@ -209,3 +270,32 @@ def test_weight_buffer_too_short_is_refused() -> None:
     """w_q needs n·k/32·18 = 3·2·18 = 108 bytes at 4096: an arena ending 1 byte short is refused."""
     t = matmul(dst=0, x=256, w_q=4096)
     expect_invalid(t, 4096 + 107, "w_q")
+
+
+def grouped(scheme: str = "GgufQ4_0", **changes) -> T.DequantGroupedMatMulGguf:
+    fields = dict(input=0, w_q=4096, expert_idx=2048, dst=8192, m=2, k_dim=64, n=3, num_experts=2,
+                  scheme=getattr(QuantScheme, scheme))
+    return T.DequantGroupedMatMulGguf(**(fields | changes))
+
+
+@pytest.mark.parametrize("scheme,k", [("GgufQ8_0", 33), ("GgufQ4K", 128)])
+def test_grouped_k_not_a_whole_number_of_blocks_is_refused(scheme: str, k: int) -> None:
+    elems, _ = GGUF_BLOCKS[scheme]
+    err = expect_invalid(grouped(scheme, k_dim=k), 1 << 14, "k_dim", f"block size {elems}")
+    assert scheme in str(err)
+
+
+@pytest.mark.parametrize("scheme", ["GgufIQ2XXS", "GgufMXFP4"])
+def test_grouped_schemes_not_decoded_are_refused_by_name(scheme: str) -> None:
+    elems, _ = GGUF_BLOCKS[scheme]
+    err = expect_invalid(grouped(scheme, k_dim=elems), 1 << 14, "scheme", "not decoded")
+    assert scheme in str(err)
+
+
+def test_grouped_needs_an_expert() -> None:
+    expect_invalid(grouped(num_experts=0), 1 << 14, "num_experts", "num_experts = 0")
+
+
+def test_grouped_weight_stack_too_short_is_refused() -> None:
+    """Two slabs of 3·2·18 = 108 bytes at 4096: an arena ending 1 byte short of 216 is refused."""
+    expect_invalid(grouped(dst=0, input=256, expert_idx=1024), 4096 + 215, "w_q")
