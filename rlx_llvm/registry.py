@@ -23,6 +23,7 @@ FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
     "gguf",
     "scaled",
     "quantize",
+    "dequant",
 )) + ("rlx_llvm.kernels.fallbacks",)
 
 

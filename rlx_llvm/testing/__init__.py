@@ -20,6 +20,7 @@ from . import qgemm
 from . import gguf
 from . import scaled
 from . import quantize
+from . import dequant
 from .compare import assert_close, assert_outputs_match
 from .layout import (Buffer, Example, Values, bf16, example, ints, normal, pack, shift, side_by_side, spd, uniform,
                      well_conditioned)
@@ -37,6 +38,7 @@ FAMILIES: dict[str, Callable[[], list[Example]]] = {
     "gguf": gguf.gguf,
     "scaled": scaled.scaled,
     "quantize": quantize.quantize,
+    "dequant": dequant.dequant,
 }
 
 
