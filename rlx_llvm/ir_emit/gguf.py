@@ -413,3 +413,35 @@ def dequant_grouped_matmul_gguf(ctx: EmitContext, t: T.DequantGroupedMatMulGguf)
                 tile(sub, flat, j, 1, i, 1, w_row=sb.add(first, j))
 
     ctx.parallel_for(t.n, columns, grain=NR, min_work=max(1, PAR_BYTES // max(1, t.k_dim // elems * nbytes * t.m)))
+
+
+# ── DequantMoEWeightsGguf ────────────────────────────────────────────────────
+
+def check_moe_gguf(t: T.DequantMoEWeightsGguf) -> None:
+    """As DequantMatMulGguf, on `k_dim`."""
+    check_gguf(t, "k_dim")
+
+
+@lowering(T.DequantMoEWeightsGguf, check=check_moe_gguf)
+def dequant_moe_weights_gguf(ctx: EmitContext, t: T.DequantMoEWeightsGguf) -> None:
+    """`dst[e, p, j] = W_e[j, p]`: each weight row of the `[E·n, k]` stack decoded block by block and
+    its lanes stored down a column of its expert's `[k, n]` output; weight rows split across threads."""
+    rows, k, n, name = t.num_experts * t.n, t.k_dim, t.n, scheme_name(t)
+    if rows == 0 or k == 0:
+        return
+    elems, nbytes = GGUF_BLOCKS[name]
+    width, blocks = chunk_width(ctx.lanes), k // elems
+
+    def weight_rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        b = sub.b
+        with sub.for_range(start, stop, name="row") as r:
+            expert, j = b.udiv(r, I64(n)), b.urem(r, I64(n))
+            column = b.add(b.mul(expert, I64(k * n)), j)
+            with sub.for_range(0, blocks, name="blk") as blk:
+                ptr = sub.addr(t.w_q, b.mul(b.add(b.mul(r, I64(blocks)), blk), I64(nbytes)))
+                top = b.add(column, b.mul(blk, I64(elems * n)))
+                for c, values in enumerate(decode_block(b, name, ptr, width)):
+                    for lane in range(width):
+                        sub.store(t.dst, b.extract_element(values, I32(lane)), b.add(top, I64((c * width + lane) * n)))
+
+    ctx.parallel_for(rows, weight_rows, min_work=max(1, PAR_BYTES // (blocks * nbytes)))

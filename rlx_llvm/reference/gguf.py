@@ -195,3 +195,10 @@ def dequant_grouped_matmul_gguf(arena: np.ndarray, t: T.DequantGroupedMatMulGguf
     with np.errstate(invalid="ignore", over="ignore"):
         out = np.einsum("ik,ink->in", x.astype(np.float64), w[ids.astype(np.intp)].astype(np.float64))
     view(arena, t.dst, np.float32, t.m * t.n)[:] = out.astype(np.float32).reshape(-1)
+
+
+@reference(T.DequantMoEWeightsGguf)
+def dequant_moe_weights_gguf(arena: np.ndarray, t: T.DequantMoEWeightsGguf) -> None:
+    """f32 `[E, k_dim, n]`: each decoded `[n, k_dim]` slab transposed."""
+    w = slabs(arena, t, t.num_experts, t.k_dim)
+    view(arena, t.dst, np.float32, w.size)[:] = w.transpose(0, 2, 1).reshape(-1)

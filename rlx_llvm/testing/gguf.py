@@ -1,4 +1,4 @@
-"""Examples of DequantMatMulGguf and DequantGroupedMatMulGguf, and random GGUF blocks (every code value; scales sane or arbitrary)."""
+"""Examples of DequantMatMulGguf, DequantGroupedMatMulGguf and DequantMoEWeightsGguf, and random GGUF blocks (every code value; scales sane or arbitrary)."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,7 +36,7 @@ def gguf_weights(scheme: str) -> Values:
 
 
 def gguf() -> list[Example]:
-    """DequantMatMulGguf and DequantGroupedMatMulGguf over a legacy and a K-quant block type, odd m and n."""
+    """Each GGUF kind over a legacy and a K-quant block type, odd sizes."""
     return [
         example(f"DequantMatMulGguf/{name}", T.DequantMatMulGguf(
             x=0, w_q=0, dst=0, m=3, k=k, n=5, scheme=getattr(QuantScheme, name)), w_q=gguf_weights(name), rtol=1e-5)
@@ -46,4 +46,8 @@ def gguf() -> list[Example]:
             input=0, w_q=0, expert_idx=0, dst=0, m=5, k_dim=k, n=3, num_experts=3, scheme=getattr(QuantScheme, name)),
             w_q=gguf_weights(name), expert_idx=ints(0, 3, "f4"), rtol=1e-5)
         for name, k in (("GgufQ8_0", 64), ("GgufQ4K", 256))
+    ] + [
+        example(f"DequantMoEWeightsGguf/{name}", T.DequantMoEWeightsGguf(
+            w_q=0, dst=0, k_dim=k, n=3, num_experts=2, scheme=getattr(QuantScheme, name)), w_q=gguf_weights(name))
+        for name, k in (("GgufQ5_0", 64), ("GgufQ6K", 256))
     ]

@@ -7,6 +7,7 @@
   and against gguf-dequantize + a float64 NumPy matmul.
 * DequantGroupedMatMulGguf likewise (odd m, ids covering every expert), also against gguf-dequantize
   + NumPy; an expert id ≥ num_experts is an ExecutionError natively and an IndexError in the reference.
+* DequantMoEWeightsGguf bit-identical to the reference and to gguf-dequantize, transposed per expert.
 * Bad input: k not a whole number of blocks, a scheme not decoded, a weight buffer too short.
 """
 from __future__ import annotations
@@ -176,6 +177,17 @@ def add_grouped(s: Suite, scheme: str, m: int, blocks: int, n: int, experts: int
     return name
 
 
+def add_moe_weights(s: Suite, scheme: str, blocks: int, n: int, experts: int, sane: bool = True) -> str:
+    """A DequantMoEWeightsGguf case (compared bit for bit); returns its name."""
+    elems, _ = GGUF_BLOCKS[scheme]
+    w = random_blocks(scheme, experts * n * blocks, s.rng, sane=sane)
+    dst, o = s.out(np.float32, experts * n * blocks * elems)
+    name = f"DequantMoEWeightsGguf-{scheme}-{blocks * elems}x{n}-E{experts}{'' if sane else '-any-scales'}"
+    s.add(name, T.DequantMoEWeightsGguf(w_q=s.put(w, skew=1), dst=dst, k_dim=blocks * elems, n=n,
+                                        num_experts=experts, scheme=getattr(QuantScheme, scheme)), [o], exact=True)
+    return name
+
+
 def build() -> Suite:
     s = Suite(11, rtol=1e-6)   # plus 1e-6·Σ|x·w| per output: f32 sums in another order
     for scheme in emit.DECODERS:
@@ -183,9 +195,12 @@ def build() -> Suite:
         for m in (1, 3, 17):
             add_matmul(s, scheme, m, 2 if elems == 256 else 5, 7)
         add_grouped(s, scheme, 7, 1 if elems == 256 else 3, 5, 4)
+        add_moe_weights(s, scheme, 1 if elems == 256 else 3, 5, 3)
     add_matmul(s, "GgufQ4_0", 5, 16, 301)     # weight rows split across threads
     add_matmul(s, "GgufQ6K", 2, 3, 129)
     add_grouped(s, "GgufQ4_0", 9, 8, 257, 3)  # weight rows split across threads
+    add_moe_weights(s, "GgufQ4_0", 16, 131, 3)  # weight rows split across threads
+    add_moe_weights(s, "GgufQ4K", 2, 3, 2, sane=False)
     return s
 
 
@@ -222,6 +237,16 @@ def test_grouped_matches_gguf_dequantize_then_numpy(outcome, scheme: str) -> Non
     want = np.stack([x[i] @ w[i].T for i in range(t.m)])
     magnitude = np.stack([np.abs(x[i]) @ np.abs(w[i]).T for i in range(t.m)])
     assert_close(outcome.output(case.name).reshape(t.m, t.n), want, rtol=1e-5, atol=1e-5 * magnitude, what=case.name)
+
+
+@pytest.mark.parametrize("scheme", list(ORACLE))
+def test_moe_weights_match_gguf_dequantize_transposed(outcome, scheme: str) -> None:
+    elems, nbytes = GGUF_BLOCKS[scheme]
+    case = next(c for c in SUITE.cases if c.name.startswith(f"DequantMoEWeightsGguf-{scheme}-"))
+    t = case.thunk
+    packed = outcome.before[t.w_q:t.w_q + t.num_experts * t.n * t.k_dim // elems * nbytes]
+    want = oracle(scheme, packed).reshape(t.num_experts, t.n, t.k_dim).transpose(0, 2, 1)
+    assert_same(outcome.output(case.name).reshape(want.shape), want, what=case.name)
 
 
 def test_out_of_range_expert_id_is_an_execution_error() -> None:
@@ -299,3 +324,27 @@ def test_grouped_needs_an_expert() -> None:
 def test_grouped_weight_stack_too_short_is_refused() -> None:
     """Two slabs of 3·2·18 = 108 bytes at 4096: an arena ending 1 byte short of 216 is refused."""
     expect_invalid(grouped(dst=0, input=256, expert_idx=1024), 4096 + 215, "w_q")
+
+
+def moe_weights(scheme: str = "GgufQ4_0", **changes) -> T.DequantMoEWeightsGguf:
+    fields = dict(w_q=4096, dst=8192, k_dim=64, n=3, num_experts=2, scheme=getattr(QuantScheme, scheme))
+    return T.DequantMoEWeightsGguf(**(fields | changes))
+
+
+@pytest.mark.parametrize("scheme,k", [("GgufQ4_0", 48), ("GgufQ6K", 300)])
+def test_moe_weights_k_not_a_whole_number_of_blocks_is_refused(scheme: str, k: int) -> None:
+    elems, _ = GGUF_BLOCKS[scheme]
+    err = expect_invalid(moe_weights(scheme, k_dim=k), 1 << 14, "k_dim", f"block size {elems}")
+    assert scheme in str(err)
+
+
+@pytest.mark.parametrize("scheme", ["GgufIQ3S", "GgufTQ1_0"])
+def test_moe_weights_schemes_not_decoded_are_refused_by_name(scheme: str) -> None:
+    elems, _ = GGUF_BLOCKS[scheme]
+    err = expect_invalid(moe_weights(scheme, k_dim=elems), 1 << 14, "scheme", "not decoded")
+    assert scheme in str(err)
+
+
+def test_moe_weights_stack_too_short_is_refused() -> None:
+    """Two slabs of 3·2·18 = 108 bytes at 4096: an arena ending 1 byte short of 216 is refused."""
+    expect_invalid(moe_weights(dst=0), 4096 + 215, "w_q")
