@@ -267,84 +267,60 @@ def test_out_of_range_expert_id_is_an_execution_error() -> None:
 
 # ── bad input ────────────────────────────────────────────────────────────────
 
-def matmul(scheme: str = "GgufQ4_0", **changes) -> T.DequantMatMulGguf:
-    fields = dict(x=0, w_q=4096, dst=8192, m=2, k=64, n=3, scheme=getattr(QuantScheme, scheme))
+def matmul(scheme: str = "GgufQ4_0", k: int = 64, **changes) -> T.DequantMatMulGguf:
+    fields = dict(x=0, w_q=4096, dst=8192, m=2, k=k, n=3, scheme=getattr(QuantScheme, scheme))
     return T.DequantMatMulGguf(**(fields | changes))
 
 
-@pytest.mark.parametrize("scheme,k", [("GgufQ4_0", 48), ("GgufQ8_0", 33), ("GgufQ4K", 128), ("GgufQ6K", 300)])
-def test_k_not_a_whole_number_of_blocks_is_refused(scheme: str, k: int) -> None:
-    elems, _ = GGUF_BLOCKS[scheme]
-    err = expect_invalid(matmul(scheme, k=k), 1 << 14, "k", f"block size {elems}")
-    assert scheme in str(err)
-
-
-@pytest.mark.parametrize("scheme", ["GgufIQ2XXS", "GgufIQ3S", "GgufIQ1M", "GgufTQ1_0", "GgufMXFP4", "GgufQ1_0"])
-def test_schemes_not_decoded_are_refused_by_name(scheme: str) -> None:
-    elems, _ = GGUF_BLOCKS[scheme]
-    err = expect_invalid(matmul(scheme, k=elems), 1 << 14, "scheme", "not decoded")
-    assert scheme in str(err)
-
-
-def test_non_gguf_scheme_is_refused() -> None:
-    t = dataclasses.replace(matmul(), scheme=QuantScheme.Int8Block(block_size=32))
-    expect_invalid(t, 1 << 14, "scheme")
-
-
-def test_weight_buffer_too_short_is_refused() -> None:
-    """w_q needs n·k/32·18 = 3·2·18 = 108 bytes at 4096: an arena ending 1 byte short is refused."""
-    t = matmul(dst=0, x=256, w_q=4096)
-    expect_invalid(t, 4096 + 107, "w_q")
-
-
-def grouped(scheme: str = "GgufQ4_0", **changes) -> T.DequantGroupedMatMulGguf:
-    fields = dict(input=0, w_q=4096, expert_idx=2048, dst=8192, m=2, k_dim=64, n=3, num_experts=2,
+def grouped(scheme: str = "GgufQ4_0", k: int = 64, **changes) -> T.DequantGroupedMatMulGguf:
+    fields = dict(input=0, w_q=4096, expert_idx=2048, dst=8192, m=2, k_dim=k, n=3, num_experts=2,
                   scheme=getattr(QuantScheme, scheme))
     return T.DequantGroupedMatMulGguf(**(fields | changes))
 
 
-@pytest.mark.parametrize("scheme,k", [("GgufQ8_0", 33), ("GgufQ4K", 128)])
-def test_grouped_k_not_a_whole_number_of_blocks_is_refused(scheme: str, k: int) -> None:
+def moe_weights(scheme: str = "GgufQ4_0", k: int = 64, **changes) -> T.DequantMoEWeightsGguf:
+    fields = dict(w_q=4096, dst=8192, k_dim=k, n=3, num_experts=2, scheme=getattr(QuantScheme, scheme))
+    return T.DequantMoEWeightsGguf(**(fields | changes))
+
+
+KINDS = {"matmul": (matmul, "k"), "grouped": (grouped, "k_dim"), "moe_weights": (moe_weights, "k_dim")}
+"""Each GGUF kind's bad-input thunk builder and the name of its reduction-length field."""
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("scheme,k", [("GgufQ4_0", 48), ("GgufQ8_0", 33), ("GgufQ4K", 128), ("GgufQ6K", 300)])
+def test_k_not_a_whole_number_of_blocks_is_refused(kind: str, scheme: str, k: int) -> None:
+    build_thunk, k_field = KINDS[kind]
     elems, _ = GGUF_BLOCKS[scheme]
-    err = expect_invalid(grouped(scheme, k_dim=k), 1 << 14, "k_dim", f"block size {elems}")
+    err = expect_invalid(build_thunk(scheme, k), 1 << 14, k_field, f"block size {elems}")
     assert scheme in str(err)
 
 
-@pytest.mark.parametrize("scheme", ["GgufIQ2XXS", "GgufMXFP4"])
-def test_grouped_schemes_not_decoded_are_refused_by_name(scheme: str) -> None:
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("scheme", ["GgufIQ2XXS", "GgufIQ3S", "GgufIQ1M", "GgufTQ1_0", "GgufMXFP4", "GgufQ1_0"])
+def test_schemes_not_decoded_are_refused_by_name(kind: str, scheme: str) -> None:
+    build_thunk, _ = KINDS[kind]
     elems, _ = GGUF_BLOCKS[scheme]
-    err = expect_invalid(grouped(scheme, k_dim=elems), 1 << 14, "scheme", "not decoded")
+    err = expect_invalid(build_thunk(scheme, elems), 1 << 14, "scheme", "not decoded")
     assert scheme in str(err)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_non_gguf_scheme_is_refused(kind: str) -> None:
+    build_thunk, _ = KINDS[kind]
+    t = dataclasses.replace(build_thunk(), scheme=QuantScheme.Int8Block(block_size=32))
+    expect_invalid(t, 1 << 14, "scheme")
+
+
+@pytest.mark.parametrize("thunk,end", [
+    (matmul(dst=0, x=256), 4096 + 107),                          # n·k/32·18 = 3·2·18 = 108 bytes
+    (grouped(dst=0, input=256, expert_idx=1024), 4096 + 215),    # two such slabs
+    (moe_weights(dst=0), 4096 + 215),
+], ids=list(KINDS))
+def test_weight_buffer_too_short_is_refused(thunk, end: int) -> None:
+    """An arena ending 1 byte before the end of the packed weights at 4096 is refused on w_q."""
+    expect_invalid(thunk, end, "w_q")
 
 
 def test_grouped_needs_an_expert() -> None:
     expect_invalid(grouped(num_experts=0), 1 << 14, "num_experts", "num_experts = 0")
-
-
-def test_grouped_weight_stack_too_short_is_refused() -> None:
-    """Two slabs of 3·2·18 = 108 bytes at 4096: an arena ending 1 byte short of 216 is refused."""
-    expect_invalid(grouped(dst=0, input=256, expert_idx=1024), 4096 + 215, "w_q")
-
-
-def moe_weights(scheme: str = "GgufQ4_0", **changes) -> T.DequantMoEWeightsGguf:
-    fields = dict(w_q=4096, dst=8192, k_dim=64, n=3, num_experts=2, scheme=getattr(QuantScheme, scheme))
-    return T.DequantMoEWeightsGguf(**(fields | changes))
-
-
-@pytest.mark.parametrize("scheme,k", [("GgufQ4_0", 48), ("GgufQ6K", 300)])
-def test_moe_weights_k_not_a_whole_number_of_blocks_is_refused(scheme: str, k: int) -> None:
-    elems, _ = GGUF_BLOCKS[scheme]
-    err = expect_invalid(moe_weights(scheme, k_dim=k), 1 << 14, "k_dim", f"block size {elems}")
-    assert scheme in str(err)
-
-
-@pytest.mark.parametrize("scheme", ["GgufIQ3S", "GgufTQ1_0"])
-def test_moe_weights_schemes_not_decoded_are_refused_by_name(scheme: str) -> None:
-    elems, _ = GGUF_BLOCKS[scheme]
-    err = expect_invalid(moe_weights(scheme, k_dim=elems), 1 << 14, "scheme", "not decoded")
-    assert scheme in str(err)
-
-
-def test_moe_weights_stack_too_short_is_refused() -> None:
-    """Two slabs of 3·2·18 = 108 bytes at 4096: an arena ending 1 byte short of 216 is refused."""
-    expect_invalid(moe_weights(dst=0), 4096 + 215, "w_q")
