@@ -77,6 +77,22 @@ class Host:
 _host: Host | None = None
 
 
+def l1d_bytes(default: int = 32 << 10) -> int:
+    """The host's L1 data cache per core (Linux sysfs), or `default` where it cannot be read."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for index in sorted(os.listdir(base)):
+            with open(f"{base}/{index}/level") as lv, open(f"{base}/{index}/type") as ty:
+                if lv.read().strip() == "1" and ty.read().strip() == "Data":
+                    with open(f"{base}/{index}/size") as sz:
+                        size = sz.read().strip().upper()
+                    return int(size[:-1]) << (10 if size.endswith("K") else 20 if size.endswith("M") else 0) \
+                        if size[-1] in "KM" else int(size)
+    except (OSError, ValueError):
+        pass
+    return default
+
+
 def host() -> Host:
     """The host CPU description (cached)."""
     global _host

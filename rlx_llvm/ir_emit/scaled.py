@@ -21,6 +21,7 @@ from ..thunks.base import cdiv
 from . import lowp_floats as lp
 from .context import EmitContext, ScratchRef, pointer
 from .rows import Combine, parallel_rows, reduce_row
+from .. import jit
 from .gemm import ACCUMULATORS, PANEL_VECTORS, PARALLEL_MIN_FMAS, TileShape, _runs
 from .toolkit import F32, I32, I64, I8, Index, as_value, call_intrinsic, iadd, imul, scratch_ptr, splat, zero_bytes
 
@@ -132,7 +133,7 @@ def scaled_quant_scale(ctx: EmitContext, t: T.ScaledQuantScale) -> None:
 
 # ── ScaledMatMul: decode into L1 panels, multiply with gemm's register tiles ─
 
-PANEL_BYTES = 16 << 10   # one decoded f32 panel of B: half of L1
+PANEL_BYTES = jit.l1d_bytes() // 2   # one decoded f32 panel of B: half of the host's L1d
 
 
 def check_scaled_matmul(t: T.ScaledMatMul) -> None:
