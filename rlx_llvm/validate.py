@@ -27,8 +27,9 @@ def validate_thunk(index: int, thunk, arena_bytes: int, lowering) -> None:
         reads, writes = thunk.reads(), thunk.writes()
         for ext in (*reads, *writes):
             if ext.offset < 0 or ext.offset + ext.nbytes > arena_bytes:
+                why = f" ({ext.field} holds {ext.layout})" if ext.layout else ""
                 raise ValidationError(f"bytes [{ext.offset}, {ext.offset + ext.nbytes}) lie outside the "
-                                      f"arena of {arena_bytes} bytes", field=ext.field)
+                                      f"arena of {arena_bytes} bytes{why}", field=ext.field)
         for i, w in enumerate(writes):
             for other in writes[i + 1:]:
                 if _overlap(w, other):

@@ -70,6 +70,8 @@ class Extent(NamedTuple):
     field: str
     offset: int
     nbytes: int
+    layout: str = ""
+    """How `nbytes` follows from the thunk's dims (block geometry of packed formats), for error messages."""
 
     @property
     def end(self) -> int:
@@ -123,10 +125,10 @@ class Thunk:
     def _writes(self) -> Iterable[Extent]:
         return ()
 
-    def span(self, field: str, nbytes: int, skip: int = 0) -> Extent:
-        """`nbytes` bytes of the buffer at offset field `field`, starting `skip` bytes in."""
+    def span(self, field: str, nbytes: int, skip: int = 0, layout: str = "") -> Extent:
+        """`nbytes` bytes of the buffer at offset field `field`, starting `skip` bytes in (`layout` says why)."""
         offset = getattr(self, field)
-        return Extent(field, offset if offset == USIZE_MAX else offset + skip, nbytes)
+        return Extent(field, offset if offset == USIZE_MAX else offset + skip, nbytes, layout)
 
     # ── field checks ────────────────────────────────────────────────────────
 

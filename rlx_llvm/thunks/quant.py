@@ -38,6 +38,26 @@ def gguf_bytes(thunk: Thunk, rows: int, k: int) -> int:
     return rows * cdiv(k, elems) * nbytes
 
 
+def gguf_layout(thunk: Thunk, rows: int, k: int, copies: str = "") -> str:
+    """Why a GGUF `[rows, k]` matrix has `gguf_bytes`: its block geometry, for error messages."""
+    elems, nbytes = GGUF_BLOCKS[thunk.scheme.name]
+    return (f"{copies}{rows} rows × {cdiv(k, elems)} {thunk.scheme.name} blocks of {nbytes} bytes "
+            f"({elems} weights per block)")
+
+
+def mlx_layout(thunk: Thunk, rows: int, k: int, copies: str = "") -> str:
+    """Why an MLX `[rows, k]` matrix has `mlx_bytes`: words per row and groups, for error messages."""
+    s = thunk.scheme
+    bits = s.bits if isinstance(s, QuantScheme.MlxAffine) else 4 if isinstance(s, QuantScheme.MlxMxfp4) else 8
+    return (f"{copies}{rows} rows × {cdiv(k * bits, 32)} u32 words of {bits}-bit codes, "
+            f"{cdiv(k, s.group_size)} groups of group_size = {s.group_size} per row")
+
+
+def block_layout(k: int, block: int, n: int, what: str, field: str = "block_size") -> str:
+    """`what` per block of `field` = `block` rows of W per column, for error messages."""
+    return f"{cdiv(k, block)} × {n} {what}, one per block of {field} = {block} rows per column"
+
+
 def mlx_bytes(thunk: Thunk, rows: int, k: int, scale_itemsize: int) -> tuple[int, int, int]:
     """(codes, scales, biases) bytes of an MLX-quantized `[rows, k]` matrix: codes packed in u32 words
     per row, one scale (and for affine one bias) per `group_size` elements; mxfp scales are E8M0 bytes."""
@@ -58,6 +78,15 @@ def scale_bytes(layout: ScaleLayout, rows: int, k: int) -> int:
     if isinstance(layout, ScaleLayout.Nvfp4):
         return rows * cdiv(k, layout.group)
     return F32
+
+
+def scale_layout(layout: ScaleLayout, rows: int, k: int, copies: str = "") -> str:
+    """Why the scale tensor has `scale_bytes`: blocks per row, for error messages."""
+    if isinstance(layout, ScaleLayout.BlockMxE8M0):
+        return f"{copies}{rows} rows × {cdiv(k, layout.block)} E8M0 bytes, one per block of {layout.block}"
+    if isinstance(layout, ScaleLayout.Nvfp4):
+        return f"{copies}{rows} rows × {cdiv(k, layout.group)} E4M3 bytes, one per group of {layout.group}"
+    return "one f32 per tensor"
 
 
 # ── INT8 kernels ─────────────────────────────────────────────────────────────
@@ -326,10 +355,11 @@ class DequantMatMul(_DequantMatMul):
 
     def _weights(self) -> Iterable[Extent]:
         blocks = cdiv(self.k, self.block_size) * self.n
+        per_block = block_layout(self.k, self.block_size, self.n, "f32 values")
         yield self.span("w_q", I8 * self.k * self.n)
-        yield self.span("scale", F32 * blocks)
+        yield self.span("scale", F32 * blocks, layout=per_block)
         if self.is_asymmetric:
-            yield self.span("zp", F32 * blocks)
+            yield self.span("zp", F32 * blocks, layout=per_block)
 
 
 class DequantMatMulInt4(_DequantMatMul):
@@ -348,10 +378,11 @@ class DequantMatMulInt4(_DequantMatMul):
 
     def _weights(self) -> Iterable[Extent]:
         blocks = cdiv(self.k, self.block_size) * self.n
-        yield self.span("w_q", cdiv(self.k * self.n, 2))
-        yield self.span("scale", F32 * blocks)
+        per_block = block_layout(self.k, self.block_size, self.n, "f32 values")
+        yield self.span("w_q", cdiv(self.k * self.n, 2), layout=f"{self.k} × {self.n} 4-bit codes, two per byte")
+        yield self.span("scale", F32 * blocks, layout=per_block)
         if self.is_asymmetric:
-            yield self.span("zp", F32 * blocks)
+            yield self.span("zp", F32 * blocks, layout=per_block)
 
 
 class DequantMatMulFp8(_DequantMatMul):
@@ -384,8 +415,9 @@ class DequantMatMulNvfp4(_DequantMatMul):
     n: u32
 
     def _weights(self) -> Iterable[Extent]:
-        yield self.span("w_q", cdiv(self.k * self.n, 2))
-        yield self.span("scale", cdiv(self.k, 16) * self.n)
+        yield self.span("w_q", cdiv(self.k * self.n, 2), layout=f"{self.k} × {self.n} E2M1 codes, two per byte")
+        yield self.span("scale", cdiv(self.k, 16) * self.n,
+                        layout=block_layout(self.k, 16, self.n, "E4M3 scale bytes", "the NVFP4 block"))
         yield self.span("global_scale", F32)
 
 
@@ -402,8 +434,10 @@ class DequantMatMulMxFp4x2(_DequantMatMul):
     group: u32
 
     def _weights(self) -> Iterable[Extent]:
-        yield self.span("w_q", 2 * cdiv(self.k * self.n, 2))
-        yield self.span("scale", 2 * F32 * cdiv(self.k, self.group) * self.n)
+        yield self.span("w_q", 2 * cdiv(self.k * self.n, 2),
+                        layout=f"2 planes of {self.k} × {self.n} E2M1 codes, two per byte")
+        yield self.span("scale", 2 * F32 * cdiv(self.k, self.group) * self.n,
+                        layout="2 planes of " + block_layout(self.k, self.group, self.n, "f32 scales", "group"))
 
 
 class DequantMatMulGguf(_DequantMatMul):
@@ -418,7 +452,7 @@ class DequantMatMulGguf(_DequantMatMul):
     scheme: QuantScheme
 
     def _weights(self) -> Iterable[Extent]:
-        yield self.span("w_q", gguf_bytes(self, self.n, self.k))
+        yield self.span("w_q", gguf_bytes(self, self.n, self.k), layout=gguf_layout(self, self.n, self.k))
 
 
 class DequantMatMulMlx(_DequantMatMul):
@@ -436,9 +470,10 @@ class DequantMatMulMlx(_DequantMatMul):
 
     def _weights(self) -> Iterable[Extent]:
         codes, scales, biases = mlx_bytes(self, self.n, self.k, F32)
-        yield self.span("w_q", codes)
-        yield self.span("scale", scales)
-        yield self.span("zp", biases)
+        layout = mlx_layout(self, self.n, self.k)
+        yield self.span("w_q", codes, layout=layout)
+        yield self.span("scale", scales, layout=layout)
+        yield self.span("zp", biases, layout=layout)
 
 
 class DequantGroupedMatMulGguf(Thunk):
@@ -458,7 +493,8 @@ class DequantGroupedMatMulGguf(Thunk):
 
     def _reads(self) -> Iterable[Extent]:
         yield self.span("input", F32 * self.m * self.k_dim)
-        yield self.span("w_q", self.num_experts * gguf_bytes(self, self.n, self.k_dim))
+        yield self.span("w_q", self.num_experts * gguf_bytes(self, self.n, self.k_dim),
+                        layout=gguf_layout(self, self.n, self.k_dim, f"{self.num_experts} experts × "))
         yield self.span("expert_idx", F32 * self.m)
 
     def _writes(self) -> Iterable[Extent]:
@@ -486,10 +522,12 @@ class DequantGroupedMatMulMlx(Thunk):
 
     def _reads(self) -> Iterable[Extent]:
         _, scales, biases = mlx_bytes(self, self.n, self.k_dim, HALF if self.scale_bf16 else F32)
+        layout = mlx_layout(self, self.n, self.k_dim, f"{self.num_experts} experts × ")
         yield self.span("input", F32 * self.m * self.k_dim)
-        yield self.span("w_q", self.num_experts * self.slab_bytes)
-        yield self.span("scale", self.num_experts * scales)
-        yield self.span("zp", self.num_experts * biases)
+        yield self.span("w_q", self.num_experts * self.slab_bytes,
+                        layout=f"{self.num_experts} experts × slab_bytes = {self.slab_bytes}")
+        yield self.span("scale", self.num_experts * scales, layout=layout)
+        yield self.span("zp", self.num_experts * biases, layout=layout)
         yield self.span("expert_idx", F32 * self.m)
 
     def _writes(self) -> Iterable[Extent]:
@@ -509,7 +547,8 @@ class DequantMoEWeightsGguf(Thunk):
     scheme: QuantScheme
 
     def _reads(self) -> Iterable[Extent]:
-        yield self.span("w_q", self.num_experts * gguf_bytes(self, self.n, self.k_dim))
+        yield self.span("w_q", self.num_experts * gguf_bytes(self, self.n, self.k_dim),
+                        layout=gguf_layout(self, self.n, self.k_dim, f"{self.num_experts} experts × "))
 
     def _writes(self) -> Iterable[Extent]:
         yield self.span("dst", F32 * self.num_experts * self.k_dim * self.n)
@@ -539,8 +578,10 @@ class ScaledMatMul(Thunk):
     def _reads(self) -> Iterable[Extent]:
         yield self.span("lhs", self.m * self.k)
         yield self.span("rhs", self.n * self.k)
-        yield self.span("lhs_scale", scale_bytes(self.layout, self.m, self.k))
-        yield self.span("rhs_scale", scale_bytes(self.layout, self.n, self.k))
+        yield self.span("lhs_scale", scale_bytes(self.layout, self.m, self.k),
+                        layout=scale_layout(self.layout, self.m, self.k))
+        yield self.span("rhs_scale", scale_bytes(self.layout, self.n, self.k),
+                        layout=scale_layout(self.layout, self.n, self.k))
         if self.has_bias:
             yield self.span("bias", F32 * self.n)
 
@@ -573,8 +614,10 @@ class ScaledGroupedMatMul(Thunk):
         e = self.num_experts
         yield self.span("input", self.m * self.k)
         yield self.span("weight", e * self.n * self.k)
-        yield self.span("input_scale", scale_bytes(self.layout, self.m, self.k))
-        yield self.span("weight_scale", e * scale_bytes(self.layout, self.n, self.k))
+        yield self.span("input_scale", scale_bytes(self.layout, self.m, self.k),
+                        layout=scale_layout(self.layout, self.m, self.k))
+        yield self.span("weight_scale", e * scale_bytes(self.layout, self.n, self.k),
+                        layout=scale_layout(self.layout, self.n, self.k, f"{self.num_experts} experts × "))
         yield self.span("expert_idx", F32 * self.m)
         if self.has_bias:
             yield self.span("bias", F32 * e * self.n)
@@ -598,7 +641,8 @@ class ScaledQuantize(Thunk):
 
     def _reads(self) -> Iterable[Extent]:
         yield self.span("x", F32 * self.rows * self.cols)
-        yield self.span("scale", scale_bytes(self.layout, self.rows, self.cols))
+        yield self.span("scale", scale_bytes(self.layout, self.rows, self.cols),
+                        layout=scale_layout(self.layout, self.rows, self.cols))
 
     def _writes(self) -> Iterable[Extent]:
         yield self.span("dst", self.rows * self.cols)  # one code byte per element
@@ -620,7 +664,8 @@ class ScaledQuantScale(Thunk):
         yield self.span("x", F32 * self.rows * self.cols)
 
     def _writes(self) -> Iterable[Extent]:
-        yield self.span("dst", scale_bytes(self.layout, self.rows, self.cols))
+        yield self.span("dst", scale_bytes(self.layout, self.rows, self.cols),
+                        layout=scale_layout(self.layout, self.rows, self.cols))
 
 
 class ScaledDequantize(Thunk):
@@ -638,7 +683,8 @@ class ScaledDequantize(Thunk):
 
     def _reads(self) -> Iterable[Extent]:
         yield self.span("codes", self.rows * self.cols)
-        yield self.span("scale", scale_bytes(self.layout, self.rows, self.cols))
+        yield self.span("scale", scale_bytes(self.layout, self.rows, self.cols),
+                        layout=scale_layout(self.layout, self.rows, self.cols))
 
     def _writes(self) -> Iterable[Extent]:
         yield self.span("dst", F32 * self.rows * self.cols)
