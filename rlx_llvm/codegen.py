@@ -1,5 +1,9 @@
 """Schedule → LLVM module: plan native segments and fallbacks, emit one function per thunk
-(`i32 @t<i>_<kind>(ptr %arena, ptr %scratch)`) and a driver per native segment."""
+(`i32 @t<i>_<kind>(ptr %arena, ptr %scratch)`) and a driver per native segment.
+
+A nested schedule (a Scan or CustomFn body) is compiled into the same module by `nested`: its
+thunks become `@t3_scan.body.t<j>_<kind>` and one `i32 @t3_scan.body(ptr arena, ptr scratch)` runs
+them in order, so the outer thunk calls its body natively, with no Python per step."""
 from __future__ import annotations
 
 import time
@@ -21,6 +25,17 @@ class NativeStep:
     symbol: str
     indices: list[int]
     fn: Callable | None = None
+
+
+@dataclass(frozen=True)
+class NestedRow:
+    """One thunk of a nested schedule (a Scan/CustomFn body): where it sits and what it became."""
+
+    within: str   # the body's function, e.g. "t3_scan.body"
+    index: int    # its index in the body schedule
+    kind: str
+    path: str
+    symbol: str
 
 
 @dataclass
@@ -59,6 +74,8 @@ class ModuleBuilder:
         self.paths: dict[int, str] = {}
         self.bodies: dict[str, tuple[ir.Function, EmitContext]] = {}  # canonical thunk → shared body
         self.body_of: dict[int, str] = {}  # thunk index → the shared body its function calls
+        self.nested_rows: dict[int, list[NestedRow]] = {}  # top-level index → its nested thunks
+        self._top = 0  # the top-level thunk being emitted
 
     def declare(self, name: str, fnty: ir.FunctionType) -> ir.Function:
         existing = self.module.globals.get(name)
@@ -67,20 +84,48 @@ class ModuleBuilder:
         return ir.Function(self.module, fnty, name=name)
 
     def thunk_function(self, index: int, thunk) -> ir.Function:
-        name = f"t{index}_{snake(type(thunk).__name__)}"
-        fn = self._function(name)
-        low = registry.LOWERINGS[type(thunk)]
+        """`@t<index>_<kind>`: the function of top-level thunk `index`."""
+        self._top = index
         t0 = time.perf_counter()
-        if low.shared_body:
-            ctx = self._call_shared_body(fn, index, thunk)
-        else:
-            ctx = self._emit(fn, index, thunk, fields=False)
+        fn, ctx = self._thunk(f"t{index}_{snake(type(thunk).__name__)}", index, thunk, self.schedule)
         self.scratch_bytes = max(self.scratch_bytes, ctx.scratch_bytes)
-        self.paths[index] = _path_taken(ctx.paths, low.path)
+        self.paths[index] = _path_taken(ctx.paths, registry.LOWERINGS[type(thunk)].path)
         self.emit_ms[index] = (time.perf_counter() - t0) * 1e3
-        self.symbols[index] = name
-        self.module.add_named_metadata("rlx.thunks", [ir.MetaDataString(self.module, f"{name}: {thunk!r}")])
+        self.symbols[index] = fn.name
         return fn
+
+    def _thunk(self, name: str, index: int, thunk, schedule) -> tuple[ir.Function, EmitContext]:
+        """Emit one thunk of `schedule` (the top level or a nested body) as function `name`."""
+        fn = self._function(name)
+        if registry.LOWERINGS[type(thunk)].shared_body:
+            ctx = self._call_shared_body(fn, index, thunk, schedule)
+        else:
+            ctx = self._emit(fn, index, thunk, schedule, fields=False)
+        self.module.add_named_metadata("rlx.thunks", [ir.MetaDataString(self.module, f"{name}: {thunk!r}")])
+        return fn, ctx
+
+    def nested(self, schedule, prefix: str) -> tuple[ir.Function, int]:
+        """Compile a nested schedule into this module: `i32 @<prefix>(ptr arena, ptr scratch)` runs its
+        thunks in order and returns the first non-zero status; also returns the scratch it needs."""
+        fns, scratch = [], 0
+        for j, t in enumerate(schedule.thunks):
+            fn, ctx = self._thunk(f"{prefix}.t{j}_{snake(type(t).__name__)}", j, t, schedule)
+            scratch = max(scratch, ctx.scratch_bytes)
+            path = _path_taken(ctx.paths, registry.LOWERINGS[type(t)].path)
+            row = NestedRow(prefix, j, type(t).__name__, path, fn.name)
+            self.nested_rows.setdefault(self._top, []).append(row)
+            fns.append(fn)
+        run = self._function(prefix)
+        b = ir.IRBuilder(run.append_basic_block("entry"))
+        for j, fn in enumerate(fns):
+            status = b.call(fn, list(run.args))
+            failed, ok = run.append_basic_block(f"failed.t{j}"), run.append_basic_block(f"after.t{j}")
+            b.cbranch(b.icmp_unsigned("!=", status, I32(0)), failed, ok)
+            b.position_at_end(failed)
+            b.ret(status)
+            b.position_at_end(ok)
+        b.ret(I32(0))
+        return run, scratch
 
     def _function(self, name: str) -> ir.Function:
         """`i32 @name(ptr noalias %arena, ptr noalias %scratch)`, kept out of line."""
@@ -92,23 +137,25 @@ class ModuleBuilder:
         fn.attributes.add("noinline")  # keeps each thunk a separate, inspectable symbol
         return fn
 
-    def _emit(self, fn: ir.Function, index: int, thunk, fields: bool) -> EmitContext:
-        ctx = EmitContext(self.module, fn, index, thunk, self.schedule, self.lanes, self.declare, fields=fields)
+    def _emit(self, fn: ir.Function, index: int, thunk, schedule, fields: bool) -> EmitContext:
+        ctx = EmitContext(self.module, fn, index, thunk, schedule, self.lanes, self.declare, fields=fields,
+                          nest=lambda body, name: self.nested(body, f"{fn.name}.{name}"))
         registry.LOWERINGS[type(thunk)].emit(ctx, thunk)
         ctx.finish()
         return ctx
 
-    def _call_shared_body(self, fn: ir.Function, index: int, thunk) -> EmitContext:
+    def _call_shared_body(self, fn: ir.Function, index: int, thunk, schedule) -> EmitContext:
         """Fill the buffer table and call the body shared by every thunk with the same canonical
         form (`ir_emit.shared_bodies`), emitting that body on first use."""
         form, bases = shared_bodies.canonical(thunk)
-        key = repr(form)
+        key = repr((form, schedule.mask_threshold, schedule.mask_neg_inf, schedule.score_skip))
         if key not in self.bodies:
             body = self._function(f"{fn.name}.body")
             body.args[0].name = "fields"
-            self.bodies[key] = (body, self._emit(body, index, form, fields=True))
+            self.bodies[key] = (body, self._emit(body, index, form, schedule, fields=True))
         body, ctx = self.bodies[key]
-        self.body_of[index] = body.name
+        if schedule is self.schedule:
+            self.body_of[index] = body.name
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         table = b.alloca(ir.ArrayType(PTR, 1 + len(bases)), name="fields")
         for k, base in enumerate([0] + bases):

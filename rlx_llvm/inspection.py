@@ -7,7 +7,7 @@ module's IR or assembly, following calls into the functions it owns: its paralle
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 
@@ -22,6 +22,9 @@ class ThunkReport:
     emit_ms: float
     body: str = ""
     """The shared body this thunk's function calls ("" when it has its own code)."""
+    within: str = ""
+    """For a thunk of a nested schedule (a Scan/CustomFn body): the body's function, e.g. `t3_scan.body`;
+    `index` is then its index in that body."""
 
 
 @dataclass
@@ -31,6 +34,8 @@ class Report:
     rows: list[ThunkReport]
     timings_ms: dict[str, float]
     from_cache: bool
+    nested: dict[int, list[ThunkReport]] = field(default_factory=dict)
+    """Top-level index → the thunks of its nested schedules (Scan/CustomFn bodies), in emission order."""
 
     def __iter__(self) -> Iterator[ThunkReport]:
         return iter(self.rows)
@@ -43,8 +48,10 @@ class Report:
 
     def __str__(self) -> str:
         lines = [f"{'#':>4}  {'kind':<28} {'path':<6} {'symbol':<40} emit ms"]
-        lines += [f"{r.index:>4}  {r.kind:<28} {r.path:<6} {r.symbol:<40} {r.emit_ms:7.2f}"
-                  + (f"  → {r.body}" if r.body else "") for r in self.rows]
+        for r in self.rows:
+            lines.append(f"{r.index:>4}  {r.kind:<28} {r.path:<6} {r.symbol:<40} {r.emit_ms:7.2f}"
+                         + (f"  → {r.body}" if r.body else ""))
+            lines += [f"{'↳':>6} {n.index:<3}{n.kind:<24} {n.path:<6} {n.symbol}" for n in self.nested.get(r.index, ())]
         t = ", ".join(f"{k} {v:.1f} ms" for k, v in self.timings_ms.items())
         lines.append(f"module: {t}" + (" (object loaded from cache)" if self.from_cache else ""))
         return "\n".join(lines)

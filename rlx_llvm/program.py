@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import threading
 import time
@@ -93,6 +94,7 @@ class Program:
                 mb.driver(step, fns)
         self._symbols = mb.symbols
         self._bodies = mb.body_of
+        self._nested = {i: [dataclasses.asdict(r) for r in rows] for i, rows in mb.nested_rows.items()}
         self._paths = [mb.paths.get(i, p) for i, p in enumerate(self._paths)]
         self.scratch_bytes: int = mb.scratch_bytes
         """Bytes of per-thread scratch the native code needs (allocated lazily per calling thread)."""
@@ -108,6 +110,7 @@ class Program:
                 "object_key": self._code.key if self._code else "",
                 "symbols": {str(i): name for i, name in self._symbols.items()},
                 "bodies": {str(i): name for i, name in self._bodies.items()},
+                "nested": {str(i): rows for i, rows in self._nested.items()},
                 "segments": [[s.symbol, s.indices] for s in self._steps if isinstance(s, NativeStep)],
                 "scratch_bytes": self.scratch_bytes}, self._ir_text)
         self._warm = False
@@ -117,6 +120,7 @@ class Program:
         self._paths = meta["paths"]
         self._symbols = {int(i): name for i, name in meta["symbols"].items()}
         self._bodies = {int(i): name for i, name in meta.get("bodies", {}).items()}
+        self._nested = {int(i): rows for i, rows in meta.get("nested", {}).items()}
         self.scratch_bytes = meta["scratch_bytes"]
         self._emit_ms = {}
         self._code = meta["code"]
@@ -185,8 +189,11 @@ class Program:
             symbol = self._symbols.get(i) or f"<python {type(t).__name__}>"
             rows.append(ThunkReport(i, type(t).__name__, self._paths[i], symbol, round(self._emit_ms.get(i, 0.0), 3),
                                     self._bodies.get(i, "")))
+
+        nested = {i: [ThunkReport(r["index"], r["kind"], r["path"], r["symbol"], 0.0, within=r["within"])
+                      for r in rows] for i, rows in self._nested.items()}
         return Report(rows, {k: round(v, 2) for k, v in self._timings.items()},
-                      bool(self._warm or (self._code and self._code.from_cache)))
+                      bool(self._warm or (self._code and self._code.from_cache)), nested)
 
     def llvm_ir(self, optimized: bool = False, thunk: int | None = None) -> str:
         """LLVM IR as emitted (or after O3 with `optimized=True`), whole or for thunk index `thunk`."""

@@ -50,7 +50,7 @@ class EmitContext:
                  declare: Callable[[str, ir.FunctionType], ir.Function],
                  arena: ir.Value | None = None, scratch: ir.Value | None = None,
                  builder: ir.IRBuilder | None = None, shared: ir.Value | None = None,
-                 fields: bool = False) -> None:
+                 fields: bool = False, nest: Callable | None = None) -> None:
         self.module, self.fn, self.index, self.thunk, self.schedule = module, fn, index, thunk, schedule
         self.lanes = lanes  # f32 lanes per vector register (16 on AVX-512)
         self.b = builder or ir.IRBuilder(fn.append_basic_block("entry"))
@@ -64,6 +64,7 @@ class EmitContext:
         self.fields = fields
         self._field_ptrs: dict[int, ir.Value] = {}
         self._declare = declare
+        self._nest = nest
         self._outlined = 0
         self.paths: set[str] = set()  # "llvm"/"blas" as the emitted code actually turned out
         self._streamed = False
@@ -187,6 +188,15 @@ class EmitContext:
         """
         from . import parallel
         parallel.emit_parallel_for(self, n, body, grain, min_work)
+
+    # ── nested schedules ──
+    def nested_schedule(self, schedule, name: str) -> tuple[ir.Function, int]:
+        """Compile `schedule` (a Scan/CustomFn body) into this module as `i32 @<thunk>.<name>(ptr arena,
+        ptr scratch)`, which runs its thunks and returns the first non-zero status; also returns the
+        scratch bytes it needs."""
+        if self._nest is None:
+            raise RuntimeError("nested schedules are compiled from a thunk's own function only")
+        return self._nest(schedule, name)
 
     # ── externals ──
     def declare(self, name: str, fnty: ir.FunctionType) -> ir.Function:

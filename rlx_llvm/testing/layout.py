@@ -99,7 +99,13 @@ def offset_of(thunk: Thunk, field: str) -> int:
     """The offset an extent's field names (`src`, or `inputs[2]`: an int or a tuple whose head is the offset)."""
     name, i = _path(field)
     value = getattr(thunk, name) if i is None else getattr(thunk, name)[i]
-    return value[0] if isinstance(value, tuple) else value
+    return value[_position(thunk, name)] if isinstance(value, tuple) else value
+
+
+def _position(thunk: Thunk, name: str) -> int:
+    """Where the arena offset sits in the tuples of field `name`: first, unless the thunk class says
+    otherwise (Scan's `(body_off, outer_off, bytes)` slices hold it second)."""
+    return getattr(type(thunk), "outer_offset_at", {}).get(name, 0)
 
 
 def with_offsets(thunk: Thunk, offsets: dict[str, int]) -> Thunk:
@@ -111,7 +117,8 @@ def with_offsets(thunk: Thunk, offsets: dict[str, int]) -> Thunk:
             changes[name] = offset
         else:
             items = list(changes.get(name, getattr(thunk, name)))
-            items[i] = (offset, *items[i][1:]) if isinstance(items[i], tuple) else offset
+            at = _position(thunk, name)
+            items[i] = (*items[i][:at], offset, *items[i][at + 1:]) if isinstance(items[i], tuple) else offset
             changes[name] = tuple(items)
     return dataclasses.replace(thunk, **changes)
 

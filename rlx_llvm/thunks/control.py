@@ -24,6 +24,7 @@ class Scan(Thunk):
     """Bounded scan: run `body` `length` times threading one carry, optionally saving the trajectory."""
 
     family = "control"
+    outer_offset_at = {"xs_inputs": 1, "bcast_inputs": 1}  # (body_off, outer_off, bytes): the arena offset
 
     body: ThunkSchedule
     body_init: bytes
@@ -140,6 +141,7 @@ class CustomFn(Thunk):
     """A user sub-graph: copy the `inputs` into a fresh body arena, run `body` once, copy `out_bytes` back."""
 
     family = "control"
+    outer_offset_at = {"inputs": 1}  # (body_off, outer_off, bytes): the arena offset is second
 
     body: ThunkSchedule
     body_init: bytes
