@@ -24,6 +24,7 @@ FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
     "scaled",
     "quantize",
     "dequant",
+    "ssm",
     "control",
 )) + ("rlx_llvm.kernels.fallbacks",)
 

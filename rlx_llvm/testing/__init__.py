@@ -21,6 +21,7 @@ from . import gguf
 from . import scaled
 from . import quantize
 from . import dequant
+from . import ssm
 from . import control
 from .compare import assert_close, assert_outputs_match
 from .layout import (Buffer, Example, Values, bf16, example, ints, normal, pack, shift, side_by_side, spd, uniform,
@@ -40,6 +41,7 @@ FAMILIES: dict[str, Callable[[], list[Example]]] = {
     "scaled": scaled.scaled,
     "quantize": quantize.quantize,
     "dequant": dequant.dequant,
+    "ssm": ssm.ssm,
     "control": control.control,
 }
 

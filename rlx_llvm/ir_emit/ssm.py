@@ -1,0 +1,167 @@
+"""State-space scans as vector IR over the state: `SelectiveScan`, `Mamba2`, `GatedDeltaNet` and
+`GatedDeltaNetBackward` (semantics.md §3.9; docs/lowering-ssm.md).
+
+* **Diagonal scans** (`SelectiveScan`, `Mamba2`): every row of the state — a channel's `h[c, :]`, a
+  head's `S[p, :]` — is an independent recurrence `h ← decay ⊙ h + u·B_t`, `y_t = Σ C_t ⊙ h`.  A row
+  keeps its `n ≤ 128` state values in registers across the whole sequence (`strips`: vectors of
+  `ctx.lanes`, then narrower power-of-two vectors for the tail), and rows split across threads.
+* **Gated DeltaNet**: per (batch, head) the `n × n` state lives in per-thread scratch (L1/L2) across
+  tokens; every column strip of it is its own recurrence given k, so a token is two passes over the
+  rows per strip of `W` columns with the strip's accumulators in registers: `sk = Σ_i k_i·α_i S[i]`,
+  then `S[i] ← α_i S[i] + k_i·d` while `o = Σ_i q_i·S[i]`.  (batch, head) pairs split across threads.
+* **Backward**: the same strips in reverse time; the states are recomputed from √seq checkpoints.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+from llvmlite import ir
+
+from .. import thunks as T
+from ..errors import ValidationError
+from ..registry import lowering
+from .context import EmitContext
+from .rows import SUM
+from .toolkit import F32, FASTMATH, I64, Index, carried_loop, const, copy_bytes, iadd, imul, splat, zero_bytes
+from .vecmath import exp
+
+MAX_STATE = 128       # n ≤ 128: a row of the state fits in registers, a DeltaNet state in L2
+PAR_WORK = 1 << 14    # state-element updates a thread should get at least (a fork costs a few µs)
+
+
+def check_state_size(t: "T.SelectiveScan | T.Mamba2 | T._DeltaNet") -> None:
+    """`state_size ≤ 128`."""
+    if t.state_size > MAX_STATE:
+        raise ValidationError(f"state_size {t.state_size} is above {MAX_STATE} (the state of a row is kept in "
+                              "registers / L1 across the sequence)", field="state_size")
+
+
+# ── strips of the state ──────────────────────────────────────────────────────
+
+def strips(start: int, n: int, lanes: int) -> list[tuple[int, int]]:
+    """`(first, width)` covering `[start, n)`: vectors of `lanes`, then halving power-of-two widths."""
+    out, w = [], lanes
+    while start < n:
+        while w > n - start:
+            w //= 2
+        out.append((start, w))
+        start += w
+    return out
+
+
+def for_strips(ctx: EmitContext, n: int, body: Callable[[Index, int], None]) -> None:
+    """`body(j, W)` over whole vectors of `[0, n)` (a loop), then `body(j, w)` over the tail strips."""
+    full = n - n % ctx.lanes
+    if full:
+        with ctx.for_range(0, full, ctx.lanes, name="strip") as j:
+            body(j, ctx.lanes)
+    for j, w in strips(full, n, ctx.lanes):
+        body(j, w)
+
+
+def lane_sum(ctx: EmitContext, parts: list[ir.Value]) -> ir.Value:
+    """The sum of every lane of `parts` (vectors of any widths): same widths added first, one reduction each."""
+    b = ctx.b
+    by_width: dict[int, ir.Value] = {}
+    for p in parts:
+        w = p.type.count if isinstance(p.type, ir.VectorType) else 1
+        by_width[w] = b.fadd(by_width[w], p, flags=FASTMATH) if w in by_width else p
+    total = const(F32, 0.0)
+    for w in sorted(by_width, reverse=True):
+        total = b.fadd(total, SUM.horizontal(ctx, by_width[w]), flags=FASTMATH)
+    return total
+
+
+def fmadd(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
+    """`x·y + z` (contractible to one fma)."""
+    return b.fadd(b.fmul(x, y, flags=FASTMATH), z, flags=FASTMATH)
+
+
+def split_rows(ctx: EmitContext, rows: int, work_per_row: int, body: Callable[[EmitContext, ir.Value], None]) -> None:
+    """`body(ctx, row)` for every row, rows split across threads when there is enough work."""
+    def chunk(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="row") as row:
+            body(sub, row)
+    ctx.parallel_for(rows, chunk, grain=1, min_work=max(1, -(-PAR_WORK // max(1, work_per_row))))
+
+
+# ── diagonal scans: SelectiveScan, Mamba2 ────────────────────────────────────
+
+class Step(NamedTuple):
+    """What one time step of one state row reads: the decay of strip `(first, width)`, the input weight
+    `u` (Δ·x), where B_t / C_t start, where y_t goes."""
+
+    decay: Callable[[int, int], ir.Value]
+    u: ir.Value
+    bc_at: Index
+    y_at: Index
+
+
+def diagonal_scan(ctx: EmitContext, t: "T.SelectiveScan | T.Mamba2", n: int, row: ir.Value,
+                  step: Callable[[ir.Value], Step]) -> None:
+    """One row: `h ← decay ⊙ h + u·B_t`, `y_t = Σ C_t ⊙ h` for t < seq, h in registers from 0."""
+    b = ctx.b
+    parts = strips(0, n, ctx.lanes)
+
+    def advance(tt: ir.Value, h: list[ir.Value]) -> list[ir.Value]:
+        s = step(tt)
+        new, ys = [], []
+        for (i, w), hv in zip(parts, h):
+            drive = b.fmul(splat(b, s.u, w), ctx.load(t.b, F32, iadd(b, s.bc_at, i), w), flags=FASTMATH)
+            hv = fmadd(b, s.decay(i, w), hv, drive)
+            new.append(hv)
+            ys.append(b.fmul(ctx.load(t.c, F32, iadd(b, s.bc_at, i), w), hv, flags=FASTMATH))
+        ctx.store(t.dst, lane_sum(ctx, ys), s.y_at)
+        return new
+
+    carried_loop(ctx, 0, t.seq, 1, [const(F32, 0.0, w) for _, w in parts], advance, name="t")
+
+
+@lowering(T.SelectiveScan, check=check_state_size)
+def selective_scan(ctx: EmitContext, t: T.SelectiveScan) -> None:
+    """Rows are (batch, channel): decay `exp(Δ·A[c, :])`, `u = Δ·x`, B/C shared by the batch's channels."""
+    n, d = t.state_size, t.hidden
+
+    def row(sub: EmitContext, r: ir.Value) -> None:
+        b = sub.b
+        batch, c = b.udiv(r, I64(d)), b.urem(r, I64(d))
+        a = {i: sub.load(t.a, F32, iadd(b, imul(b, c, n), i), w) for i, w in strips(0, n, sub.lanes)}
+
+        def step(tt: ir.Value) -> Step:
+            bt = b.add(b.mul(batch, I64(t.seq)), tt)
+            at = b.add(b.mul(bt, I64(d)), c)
+            delta = sub.load(t.delta, F32, at)
+            u = b.fmul(delta, sub.load(t.x, F32, at), flags=FASTMATH)
+            return Step(lambda i, w: exp(b, b.fmul(splat(b, delta, w), a[i], flags=FASTMATH)),
+                        u, b.mul(bt, I64(n)), at)
+
+        diagonal_scan(sub, t, n, r, step)
+
+    if t.seq:
+        split_rows(ctx, t.batch * d, t.seq * n, row)
+
+
+@lowering(T.Mamba2, check=check_state_size)
+def mamba2(ctx: EmitContext, t: T.Mamba2) -> None:
+    """Rows are (batch, head, p): decay `exp(dt·a[h])` (one scalar per step), `u = dt·x[p]`."""
+    n, h, p = t.state_size, t.heads, t.head_dim
+
+    def row(sub: EmitContext, r: ir.Value) -> None:
+        b = sub.b
+        bh, pi = b.udiv(r, I64(p)), b.urem(r, I64(p))
+        batch, head = b.udiv(bh, I64(h)), b.urem(bh, I64(h))
+        a = sub.load(t.a, F32, head)
+
+        def step(tt: ir.Value) -> Step:
+            bsh = b.add(b.mul(b.add(b.mul(batch, I64(t.seq)), tt), I64(h)), head)
+            dt = sub.load(t.dt, F32, bsh)
+            decay = exp(b, b.fmul(dt, a, flags=FASTMATH))
+            at = b.add(b.mul(bsh, I64(p)), pi)
+            return Step(lambda i, w: splat(b, decay, w), b.fmul(dt, sub.load(t.x, F32, at), flags=FASTMATH),
+                        b.mul(bsh, I64(n)), at)
+
+        diagonal_scan(sub, t, n, r, step)
+
+    if t.seq:
+        split_rows(ctx, t.batch * h * p, t.seq * n, row)

