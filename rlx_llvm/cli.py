@@ -154,14 +154,18 @@ def cmd_embed(args: argparse.Namespace) -> int:
     """Embed texts with a BERT sentence encoder (default all-MiniLM-L6-v2); print shape, cosines, timing."""
     from .kernels.threads import set_num_threads
     from .models import SentenceEncoder
+    from .models.bert import encoder_schedule
     if args.threads is not None:
         set_num_threads(args.threads)
     t0 = time.perf_counter()
-    enc = SentenceEncoder(args.model)
+    enc = SentenceEncoder(args.model, quant=args.quant)
     load_ms = (time.perf_counter() - t0) * 1e3
     t0 = time.perf_counter()
     ids, mask = enc.tokenize(args.texts)
     tokenize_ms = (time.perf_counter() - t0) * 1e3
+    if args.schedule:
+        schedule, _ = encoder_schedule(enc.config, enc.weights, *ids.shape, enc.pooling, enc.quant)
+        Path(args.schedule).write_text(schedule.to_json())
     compiled = enc.compiled(*ids.shape)
     vectors = enc.embed_tokens(ids, mask)
     if args.json:
@@ -176,6 +180,11 @@ def cmd_embed(args: argparse.Namespace) -> int:
     warm = " (warm start from the object cache)" if compiled.program.report().from_cache else ""
     print(f"model: BERT, {c.num_hidden_layers} layers, hidden {c.hidden_size}, {c.num_attention_heads} heads "
           f"— {enc.path}")
+    if enc.quant != "f32":
+        print(f"weights: linear layers {enc.quant.upper()} (GGUF blocks, DequantMatMulGguf); embeddings, norms, "
+              f"pooling f32")
+    if args.schedule:
+        print(f"schedule written to {args.schedule} (inspect with `rlx-llvm report|ir {args.schedule}`)")
     pooling = f"{enc.pooling.mode} pooling" + (", L2-normalized" if enc.pooling.normalize else "")
     print(f"embeddings: {vectors.shape} float32, {pooling}; {ids.shape[0]} text(s) × {ids.shape[1]} tokens")
     print(f"load {load_ms:.0f} ms, tokenize {tokenize_ms:.2f} ms, compile {enc.last_compile_ms:.0f} ms{warm}")
@@ -229,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     emb_p.add_argument("--threads", type=int_in(1, cores), default=None,
                        help=f"threads, 1..{cores} (default: all cores)")
     emb_p.add_argument("--repeat", type=int_in(1), default=10, help="runs to time, ≥ 1 (default 10)")
+    from .models.bert import QUANTS
+    emb_p.add_argument("--quant", choices=QUANTS, default="f32",
+                       help="weights of the linear layers: f32, or GGUF q8_0 / q4_0 blocks quantized at load "
+                            "(default f32)")
+    emb_p.add_argument("--schedule", metavar="FILE", help="also write the encoder schedule of this shape as JSON")
     emb_p.set_defaults(fn=cmd_embed)
     return p
 

@@ -90,6 +90,7 @@ BAD = [  # (command line, exit status, the error line's text after "rlx-llvm: er
     ("embed hi --threads 0", 2, rf"argument --threads: 0 is out of range \(allowed: an int in 1\.\.{CORES}\)"),
     (f"embed hi --threads {CORES + 1}", 2, rf"argument --threads: {CORES + 1} is out of range"),
     ("embed hi --repeat 0", 2, r"argument --repeat: 0 is out of range \(allowed: an int ≥ 1\)"),
+    ("embed hi --quant q5_k", 2, r"argument --quant: invalid choice: 'q5_k' \(choose from 'f32', 'q8_0', 'q4_0'\)"),
     ("ir {sched} --thunk 9", 2, r"thunk 9 is out of range \(the schedule has 3 thunks: 0–2\)"),
     ("ir {sched} --asm --thunk 3", 2, r"thunk 3 is out of range \(the schedule has 3 thunks: 0–2\)"),
     ("ir {sched} --thunk -1", 2, r"argument --thunk: -1 is out of range \(allowed: an int ≥ 0\)"),

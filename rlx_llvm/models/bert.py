@@ -8,6 +8,10 @@ activations, so one arena serves every (batch, seq) schedule that fits in it:
     x   = word_emb[ids] + type_emb[type_ids] + pos_emb[:s]   (Gather, Gather, ElementwiseRegion)
     h0  = LayerNorm(x)                                        (LayerNorm)
     hℓ  = FusedBertLayer(hℓ₋₁, mask)   ℓ = 1…N                  (Q/K/V fused to one [H, 3H] weight)
+          or, quantized (`quant` "q8_0"/"q4_0"), the same layer as separate thunks whose four
+          linear layers are `DequantMatMulGguf` over GGUF-packed [out, in] weights:
+          qkv = x·Wqkvᵀ + b; a = Attention(qkv, mask); n1 = LN(a·Woᵀ + bo + x);
+          f = GELU(n1·W1ᵀ + b1); hℓ = LN(f·W2ᵀ + b2 + n1)
     mean pooling:  sum = mask[b, 1, s] · hN[b, s, H]          (BatchedSgemm)
                    cnt = max(Σₛ mask, 1e-9)                   (Reduce Sum, ElementwiseRegion Max)
                    v   = sum / cnt                            (BinaryFull Div)
@@ -22,16 +26,40 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 
 from .. import thunks as T
-from ..ops import BinaryOp, ChainOperand as In, ChainStep as S, ReduceOp
+from ..ops import Activation, BinaryOp, ChainOperand as In, ChainStep as S, MaskKind, QuantScheme, ReduceOp
 from ..schedule import ThunkSchedule
+from ..thunks.quant import GGUF_BLOCKS
 
 ALIGN = 64
 POOL_EPS = 1e-9   # sentence-transformers' clamp of the token count
 NORM_EPS = 1e-24  # ‖v‖² floor of the L2 normalization (F.normalize's eps = 1e-12, squared)
+
+Quant = Literal["f32", "q8_0", "q4_0"]
+QUANTS: tuple[str, ...] = get_args(Quant)
+"""Weight formats of the linear layers: f32, or a GGUF block type (`gguf.GGMLQuantizationType` name, lower case)."""
+LINEARS = ("qkv", "out", "fc1", "fc2")
+
+
+def quant_scheme(quant: str) -> "QuantScheme | None":
+    """The GGUF `QuantScheme` of `quant` (None for f32); anything else is a ValueError naming the choices."""
+    if quant not in QUANTS:
+        raise ValueError(f"quant {quant!r} is not supported; choose one of {', '.join(QUANTS)}")
+    return None if quant == "f32" else getattr(QuantScheme, f"Gguf{quant.upper()}")
+
+
+def quantize(w: np.ndarray, quant: str) -> np.ndarray:
+    """A torch Linear weight `[out, in]` as GGUF blocks of `quant` (uint8 `[out, in/B·bytes]`), by `gguf`'s quantizer."""
+    from gguf import GGMLQuantizationType, quants
+    elems, _ = GGUF_BLOCKS[quant_scheme(quant).name]
+    if w.shape[-1] % elems:
+        raise ValueError(f"{quant}: a linear layer's input width {w.shape[-1]} is not a multiple of the "
+                         f"{elems}-element block")
+    return quants.quantize(np.ascontiguousarray(w, np.float32), GGMLQuantizationType[quant.upper()])
 
 
 @dataclass(frozen=True)
@@ -95,13 +123,19 @@ class Layout:
         return self.slots[name]
 
 
-def _linear(w: dict, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """A torch Linear's weight as [in, out] (FusedBertLayer's layout) and its bias."""
-    return np.ascontiguousarray(w[f"{name}.weight"].T), w[f"{name}.bias"]
+def _linears(w: dict, prefix: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A layer's four torch Linears (weight `[out, in]`, bias), Q|K|V stacked along `out`, by LINEARS name."""
+    lin = lambda name: (w[f"{prefix}{name}.weight"], w[f"{prefix}{name}.bias"])  # noqa: E731
+    qkv = [lin(f"attention.self.{n}") for n in ("query", "key", "value")]
+    return {"qkv": (np.concatenate([q[0] for q in qkv]), np.concatenate([q[1] for q in qkv])),
+            "out": lin("attention.output.dense"), "fc1": lin("intermediate.dense"), "fc2": lin("output.dense")}
 
 
-def pack_weights(config: BertConfig, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Hugging Face BertModel tensors → the encoder's f32 arrays, by slot name (Q|K|V fused)."""
+def pack_weights(config: BertConfig, weights: dict[str, np.ndarray], quant: Quant = "f32") -> dict[str, np.ndarray]:
+    """Hugging Face BertModel tensors → the encoder's arrays, by slot name (Q|K|V fused): linear weights
+    f32 `[in, out]` (FusedBertLayer's layout) or, quantized, GGUF blocks of the `[out, in]` rows
+    (DequantMatMulGguf's); everything else f32."""
+    quant_scheme(quant)
     w = {k.removeprefix("bert."): v for k, v in weights.items()}
     packed = {"word_emb": w["embeddings.word_embeddings.weight"],
               "pos_emb": w["embeddings.position_embeddings.weight"],
@@ -112,17 +146,15 @@ def pack_weights(config: BertConfig, weights: dict[str, np.ndarray]) -> dict[str
               "zeros": np.zeros(config.hidden_size)}
     for i in range(config.num_hidden_layers):
         p = f"encoder.layer.{i}."
-        q, k, v = (_linear(w, f"{p}attention.self.{n}") for n in ("query", "key", "value"))
-        packed[f"l{i}.qkv_w"] = np.concatenate([q[0], k[0], v[0]], axis=1)
-        packed[f"l{i}.qkv_b"] = np.concatenate([q[1], k[1], v[1]])
-        packed[f"l{i}.out_w"], packed[f"l{i}.out_b"] = _linear(w, f"{p}attention.output.dense")
+        for name, (weight, bias) in _linears(w, p).items():
+            packed[f"l{i}.{name}_w"] = weight.T if quant == "f32" else quantize(weight, quant)
+            packed[f"l{i}.{name}_b"] = bias
         packed[f"l{i}.ln1_g"] = w[f"{p}attention.output.LayerNorm.weight"]
         packed[f"l{i}.ln1_b"] = w[f"{p}attention.output.LayerNorm.bias"]
-        packed[f"l{i}.fc1_w"], packed[f"l{i}.fc1_b"] = _linear(w, f"{p}intermediate.dense")
-        packed[f"l{i}.fc2_w"], packed[f"l{i}.fc2_b"] = _linear(w, f"{p}output.dense")
         packed[f"l{i}.ln2_g"] = w[f"{p}output.LayerNorm.weight"]
         packed[f"l{i}.ln2_b"] = w[f"{p}output.LayerNorm.bias"]
-    return {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in packed.items()}
+    return {name: np.ascontiguousarray(a, dtype=a.dtype if a.dtype == np.uint8 else np.float32)
+            for name, a in packed.items()}
 
 
 def weight_layout(packed: dict[str, np.ndarray]) -> Layout:
@@ -134,9 +166,11 @@ def weight_layout(packed: dict[str, np.ndarray]) -> Layout:
 
 
 def encoder_schedule(config: BertConfig, weights: Layout, batch: int, seq: int,
-                     pooling: Pooling = Pooling()) -> tuple[ThunkSchedule, dict]:
-    """The encoder for `batch` sequences of `seq` tokens; returns the schedule and the activation
-    slots (`ids`, `type_ids`, `mask` inputs; `embeddings` [batch, H] output) after the weights."""
+                     pooling: Pooling = Pooling(), quant: Quant = "f32") -> tuple[ThunkSchedule, dict]:
+    """The encoder for `batch` sequences of `seq` tokens over weights packed with the same `quant`;
+    returns the schedule and the activation slots (`ids`, `type_ids`, `mask` inputs; `embeddings`
+    [batch, H] output) after the weights."""
+    scheme = quant_scheme(quant)
     if not 0 < seq <= config.max_position_embeddings:
         raise ValueError(f"seq = {seq} must be in 1..{config.max_position_embeddings} (the position table)")
     c, w = config, weights.slots
@@ -158,13 +192,20 @@ def encoder_schedule(config: BertConfig, weights: Layout, batch: int, seq: int,
         T.LayerNorm(src=hidden[1], g=w["emb_ln_g"], b=w["emb_ln_b"], dst=hidden[0], rows=m, h=hs,
                     eps=c.layer_norm_eps),
     ]
+    if scheme is not None:
+        steps = {name: at(name, 4 * m * width) for name, width in
+                 (("qkv", 3 * hs), ("attn", hs), ("proj", hs), ("n1", hs), ("ffn", c.intermediate_size))}
     for i in range(c.num_hidden_layers):
         layer = {f: w[f"l{i}.{f}"] for f in ("qkv_w", "qkv_b", "out_w", "out_b", "ln1_g", "ln1_b",
                                              "fc1_w", "fc1_b", "fc2_w", "fc2_b", "ln2_g", "ln2_b")}
-        thunks.append(T.FusedBertLayer(hidden=hidden[i % 2], mask=mask, out=hidden[(i + 1) % 2],
-                                       eps1=c.layer_norm_eps, eps2=c.layer_norm_eps, batch=batch, seq=seq,
-                                       hs=hs, nh=c.num_attention_heads, dh=c.head_dim,
-                                       int_dim=c.intermediate_size, **layer))
+        src, dst = hidden[i % 2], hidden[(i + 1) % 2]
+        if scheme is None:
+            thunks.append(T.FusedBertLayer(hidden=src, mask=mask, out=dst, eps1=c.layer_norm_eps,
+                                           eps2=c.layer_norm_eps, batch=batch, seq=seq, hs=hs,
+                                           nh=c.num_attention_heads, dh=c.head_dim, int_dim=c.intermediate_size,
+                                           **layer))
+        else:
+            thunks += quantized_layer(c, layer, scheme, src, mask, dst, steps, batch, seq)
     last = hidden[c.num_hidden_layers % 2]
     v = pooled if pooling.normalize else emb
     if pooling.mode == "cls":
@@ -183,3 +224,34 @@ def encoder_schedule(config: BertConfig, weights: Layout, batch: int, seq: int,
     if pooling.normalize:
         thunks.append(T.RmsNorm(src=pooled, g=w["l2_g"], b=w["zeros"], dst=emb, rows=batch, h=hs, eps=NORM_EPS / hs))
     return ThunkSchedule(thunks, arena_bytes=at.top), dict(at.slots)
+
+
+def quantized_layer(c: BertConfig, w: dict[str, int], scheme: QuantScheme, src: int, mask: int, dst: int,
+                    steps: dict[str, int], batch: int, seq: int) -> list[T.Thunk]:
+    """One post-LN BERT layer (FusedBertLayer's math) as separate thunks, its four linear layers
+    `DequantMatMulGguf` over GGUF-packed weights; `steps` are the scratch slots shared by every layer."""
+    hs, inter, m, nh, eps = c.hidden_size, c.intermediate_size, batch * seq, c.num_attention_heads, c.layer_norm_eps
+    qkv, attn, proj, n1, ffn = (steps[k] for k in ("qkv", "attn", "proj", "n1", "ffn"))
+
+    def linear(x: int, name: str, out: int, k: int, n: int) -> T.DequantMatMulGguf:
+        return T.DequantMatMulGguf(x=x, w_q=w[f"{name}_w"], dst=out, m=m, k=k, n=n, scheme=scheme)
+
+    def residual_ln(x: int, res: int, bias: str, ln: str, out: int) -> T.FusedResidualLN:
+        return T.FusedResidualLN(x=x, res=res, bias=w[bias], g=w[f"{ln}_g"], b=w[f"{ln}_b"], out=out, rows=m, h=hs,
+                                 eps=eps, has_bias=True)
+
+    return [
+        linear(src, "qkv", qkv, hs, 3 * hs),
+        T.BiasAdd(src=qkv, bias=w["qkv_b"], dst=qkv, m=m, n=3 * hs),
+        T.Attention(q=qkv, k=qkv + 4 * hs, v=qkv + 8 * hs, mask=mask, out=attn, batch=batch, seq=seq, kv_seq=seq,
+                    heads=nh, kv_heads=nh, head_dim=c.head_dim, v_head_dim=c.head_dim, mask_kind=MaskKind.Custom,
+                    scale=float(np.float32(c.head_dim ** -0.5)), softcap=0.0, q_row_stride=3 * hs,
+                    k_row_stride=3 * hs, v_row_stride=3 * hs, bhsd=False),
+        linear(attn, "out", proj, hs, hs),
+        residual_ln(proj, src, "out_b", "ln1", n1),
+        linear(n1, "fc1", ffn, hs, inter),
+        T.BiasAdd(src=ffn, bias=w["fc1_b"], dst=ffn, m=m, n=inter),
+        T.ActivationInPlace(data=ffn, len=m * inter, act=Activation.Gelu),
+        linear(ffn, "fc2", proj, inter, hs),
+        residual_ln(proj, n1, "fc2_b", "ln2", dst),
+    ]

