@@ -23,9 +23,10 @@ round half to even in float64 instead: the two differ only where the product is 
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 from llvmlite import ir
@@ -38,7 +39,7 @@ from . import vecmath as vm
 from .context import EmitContext, ScratchRef, pointer
 from .conv import FLAT, Axis, _check_conv_geometry, split_index
 from .toolkit import (F32, I16, I32, I64, I8, Index, as_value, call_intrinsic, carried_loop, const, copy_bytes,
-                      entry_alloca, iadd, imul, scratch_ptr, splat, splat_like, vec, vec_like, zero_bytes)
+                      entry_alloca, iadd, imul, scratch_ptr, sizeof, splat, splat_like, vec, vec_like, zero_bytes)
 
 MR = 4          # rows of the register tile
 I8_RANGE = (-128, 127)
@@ -74,29 +75,204 @@ def check_qconv2d(t: T.QConv2d) -> None:
     _check_requant(t)
 
 
-# ── the kernel ───────────────────────────────────────────────────────────────
+# ── the inner product ────────────────────────────────────────────────────────
 
-# `pmaddwd` by i32 lanes: (host feature, intrinsic); narrower tails use the portable form.
-PAIR_MADD = {16: ("+avx512bw", "llvm.x86.avx512.pmaddw.d.512"), 8: ("+avx2", "llvm.x86.avx2.pmadd.wd"),
-             4: ("+sse2", "llvm.x86.sse2.pmadd.wd")}
+@dataclass(frozen=True)
+class DotScheme:
+    """How the k axis is packed into 32-bit words and multiplied: `group` elements of type `elem` per
+    word, one word of `a` times one of `b` giving one exact int32 lane of the product.
 
+    `centred`: both operands hold `x − zp` as int16 (`pmaddwd`: signed × signed, no correction).
+    Otherwise `a` holds `x + 128` as u8 and `b` the raw int8 (`vpdpbusd`: unsigned × signed), and the
+    zero points and the +128 come back as a per-row and a per-column int32 term (`zero_point_terms`)."""
+
+    name: str
+    group: int
+    elem: ir.IntType
+    centred: bool
+    accumulates: bool                                    # the instruction adds into the accumulator itself
+    intrinsics: dict[int, tuple[tuple[tuple[str, ...], ...], str]]   # i32 lanes → (feature sets, any suffices; name)
+
+    def intrinsic(self, lanes: int, features: set[str]) -> str:
+        """The x86 intrinsic for `lanes` int32 lanes if `features` have it, else "" (the portable form)."""
+        needs, name = self.intrinsics.get(lanes, ((), ""))
+        return name if any(set(need) <= features for need in needs) else ""
+
+
+PAIRS = DotScheme("pmaddwd", 2, I16, True, False, {
+    16: ((("+avx512bw",),), "llvm.x86.avx512.pmaddw.d.512"),
+    8: ((("+avx2",),), "llvm.x86.avx2.pmadd.wd"),
+    4: ((("+sse2",),), "llvm.x86.sse2.pmadd.wd")})
+QUADS = DotScheme("vnni", 4, I8, False, True, {
+    16: ((("+avx512vnni",),), "llvm.x86.avx512.vpdpbusd.512"),
+    8: ((("+avxvnni",), ("+avx512vnni", "+avx512vl")), "llvm.x86.avx512.vpdpbusd.256")})
+
+
+def host_features() -> set[str]:
+    """The host's LLVM feature flags (`+avx2`, `-avx512vnni`, …)."""
+    return set(host().features.split(","))
+
+
+def dot_scheme(lanes: int) -> DotScheme:
+    """VNNI quads where the host has `vpdpbusd` for `lanes` int32 lanes, else int16 pairs."""
+    return QUADS if QUADS.intrinsic(lanes, host_features()) else PAIRS
+
+
+def dot_add(ctx: EmitContext, scheme: DotScheme, acc: ir.Value, a: ir.Value, w: ir.Value) -> ir.Value:
+    """`acc` plus, per int32 lane, the dot product of the `group` elements packed in words `a` and `w`
+    (the host's instruction where it has one)."""
+    b, lanes = ctx.b, acc.type.count
+    x, y = (b.bitcast(v, ir.VectorType(scheme.elem, scheme.group * lanes)) for v in (a, w))
+    name = scheme.intrinsic(lanes, host_features())
+    if name and scheme.accumulates:
+        return call_intrinsic(ctx, name, [acc, x, y], ret=acc.type)
+    if name:
+        return b.add(acc, call_intrinsic(ctx, name, [x, y], ret=acc.type))
+    return b.add(acc, portable_dot(b, scheme, x, y))
+
+
+def portable_dot(b: ir.IRBuilder, scheme: DotScheme, x: ir.Value, y: ir.Value) -> ir.Value:
+    """Lane j = `Σ_t x[g·j + t]·y[g·j + t]` widened to int32 (`x` zero-extended when it holds u8):
+    the same numbers as the x86 instructions, for hosts without them."""
+    g = scheme.group
+    lanes = ir.VectorType(I32, x.type.count // g)
+
+    def part(v: ir.Value, t: int, signed: bool) -> ir.Value:
+        pick = ir.Constant(lanes, [I32(g * j + t) for j in range(lanes.count)])
+        picked = b.shuffle_vector(v, ir.Constant(v.type, None), pick)
+        return b.sext(picked, lanes) if signed else b.zext(picked, lanes)
+
+    return functools.reduce(b.add, [b.mul(part(x, t, scheme.centred), part(y, t, True)) for t in range(g)])
+
+
+# ── packing ──────────────────────────────────────────────────────────────────
+
+def as_vector(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """`x` itself if a vector, else `<1 x T>`."""
+    if isinstance(x.type, ir.VectorType):
+        return x
+    return b.insert_element(ir.Constant(ir.VectorType(x.type, 1), None), x, I32(0))
+
+
+def packed(ctx: EmitContext, scheme: DotScheme, src: ir.Value, index: Index, width: int, zp: int,
+           unsigned: bool) -> ir.Value:
+    """`width` int8 elements from `src[index]` as the scheme stores them: `x − zp` in int16 when
+    centred, else `x + 128` as u8 (`unsigned`, the sign bit flipped) or `x` itself."""
+    b = ctx.b
+    raw = as_vector(b, ctx.load(0, I8, index, width, base=src))
+    if scheme.centred:
+        return b.sub(b.sext(raw, vec(I16, width) if width > 1 else ir.VectorType(I16, 1)),
+                     ir.Constant(ir.VectorType(I16, width), [I16(zp)] * width))
+    return b.xor(raw, ir.Constant(raw.type, [I8(-128)] * width)) if unsigned else raw
+
+
+def interleave(b: ir.IRBuilder, parts: list[ir.Value]) -> ir.Value:
+    """`[p0[0], p1[0], …, p0[1], p1[1], …]`: equal vectors zipped lane by lane."""
+    width, g = parts[0].type.count, len(parts)
+    while len(parts) > 1:
+        n = 2 * parts[0].type.count
+        parts = [b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, n), [I32(i) for i in range(n)]))
+                 for x, y in zip(parts[::2], parts[1::2])]
+    order = ir.Constant(ir.VectorType(I32, g * width), [I32(q % g * width + q // g) for q in range(g * width)])
+    return b.shuffle_vector(parts[0], ir.Constant(parts[0].type, None), order)
+
+
+def words(k: int, scheme: DotScheme) -> int:
+    """32-bit words holding k elements of the scheme (`⌈k/group⌉`)."""
+    return -(-k // scheme.group)
+
+
+def pack_rows(ctx: EmitContext, scheme: DotScheme, src: ir.Value, rows: Index, k: int, zp: int,
+              dst: ir.Value) -> None:
+    """The row operand: `dst[i]` = row i of `src [rows, k]` as packed elements in `words(k)` words
+    (u8 when not centred), the last word padded with 0."""
+    b, length = ctx.b, scheme.group * words(k, scheme)
+    with ctx.for_range(0, rows, name="arow") as i:
+        for start, stop, width in column_blocks(k, 2 * ctx.lanes):
+            with ctx.for_range(start, stop, width, name="acol") as p:
+                ctx.store(0, packed(ctx, scheme, src, b.add(imul(b, i, k), p), width, zp, unsigned=True),
+                          b.add(imul(b, i, length), p), base=dst)
+        if length > k:
+            zero_bytes(ctx, ctx.addr(0, iadd(b, imul(b, i, length), k), sizeof(scheme.elem), base=dst),
+                       (length - k) * sizeof(scheme.elem))
+
+
+def pack_columns(ctx: EmitContext, scheme: DotScheme, src: ir.Value, k: int, n: int, zp: int,
+                 dst: ir.Value) -> None:
+    """The column operand: word `dst[p, j]` holds `src[group·p + t, j]` for t < group (as packed,
+    signed), rows of `padded(ctx, n)` words, zero past column n and past row k."""
+    b, g, n_pad = ctx.b, scheme.group, padded(ctx, n)
+
+    def word_row(p: Index, present: int) -> None:
+        for start, stop, width in column_blocks(n, 2 * ctx.lanes):
+            with ctx.for_range(start, stop, width, name="bcol") as j:
+                parts = [packed(ctx, scheme, src, iadd(b, imul(b, p, g * n), iadd(b, j, t * n)), width, zp, False)
+                         for t in range(present)]
+                parts += [ir.Constant(parts[0].type, None)] * (g - present)   # zeros past row k
+                ctx.store(0, interleave(b, parts), imul(b, iadd(b, imul(b, p, n_pad), j), g), base=dst)
+        zero_bytes(ctx, ctx.addr(0, iadd(b, imul(b, p, n_pad), n), 4, base=dst), 4 * (n_pad - n))
+
+    with ctx.for_range(0, k // g, name="kword") as p:
+        word_row(p, g)
+    if k % g:
+        word_row(k // g, k % g)
+
+
+def row_sums(ctx: EmitContext, src: ir.Value, rows: Index, k: int, dst: ir.Value) -> None:
+    """`dst[i] = Σ_p src[i, p]` over int8 rows of k (int32)."""
+    b = ctx.b
+    with ctx.for_range(0, rows, name="srow") as i:
+        def add(p: ir.Value, total: list[ir.Value]) -> list[ir.Value]:
+            return [b.add(total[0], b.sext(ctx.load(0, I8, b.add(imul(b, i, k), p), base=src), I32))]
+
+        ctx.store(0, carried_loop(ctx, 0, k, 1, [I32(0)], add, name="sp")[0], i, base=dst)
+
+
+def column_sums(ctx: EmitContext, src: ir.Value, k: int, n: int, dst: ir.Value) -> None:
+    """`dst[j] = Σ_p src[p, j]` over an int8 `[k, n]` (int32; row by row, so the inner loop vectorizes)."""
+    b = ctx.b
+    zero_bytes(ctx, dst, 4 * n)
+    with ctx.for_range(0, k, name="sp") as p:
+        with ctx.for_range(0, n, name="sj") as j:
+            value = b.sext(ctx.load(0, I8, b.add(imul(b, p, n), j), base=src), I32)
+            ctx.store(0, b.add(ctx.load(0, I32, j, base=dst), value), j, base=dst)
+
+
+def affine_terms(ctx: EmitContext, sums: ir.Value, count: Index, scale: int, constant: int,
+                 base: "ir.Value | None" = None) -> None:
+    """`sums[l] ← base[l] + constant + scale·sums[l]` for l < count (int32, wrapping)."""
+    b = ctx.b
+    with ctx.for_range(0, count, name="term") as line:
+        term = b.add(b.mul(ctx.load(0, I32, line, base=sums), I32(wrap32(scale))), I32(wrap32(constant)))
+        if base is not None:
+            term = b.add(term, ctx.load(0, I32, line, base=base))
+        ctx.store(0, term, line, base=sums)
+
+
+def wrap32(v: int) -> int:
+    """`v` as a two's-complement int32 (the sums wrap, like NumPy's int32 matmul)."""
+    return (v + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+# ── the GEMM ─────────────────────────────────────────────────────────────────
 
 @dataclass(frozen=True)
 class QGemm:
-    """`out[i, j] = rq(bias + Σ_p a[i, p]·b[p, j])` over operands packed by `pack_rows`/`pack_pairs`
-    (centred int16, k in pairs): `a [·, 2·k2]`, `b [k2, n_pad, 2]` (zero columns past n),
-    `out [·, n]` int8; `bias` int32 per column (`n_pad` of them), or per row when `bias_per_row`."""
+    """`out[i, j] = rq(Σ_w a[i, w]·b[w, j] + col_add[j] + row_add[i])` over packed words (`pack_rows`,
+    `pack_columns`): `a [·, kw]`, `b [kw, n_pad]` (zero columns past n), `out [·, n]` int8; the int32
+    terms (bias, zero-point corrections) per column (`n_pad` of them) and per row, each optional."""
 
+    scheme: DotScheme
     a: ir.Value
     b: ir.Value
-    bias: ir.Value
     out: ir.Value
     n: int
     n_pad: int
-    k2: int
+    kw: int
     out_zp: int
     mult: float
-    bias_per_row: bool = False
+    col_add: "ir.Value | None" = None
+    row_add: "ir.Value | None" = None
 
 
 def column_blocks(n: int, widest: int) -> Iterator[tuple[int, int, int]]:
@@ -111,70 +287,6 @@ def column_blocks(n: int, widest: int) -> Iterator[tuple[int, int, int]]:
         if n - main >= w:
             yield main, main + w, w
             main += w
-
-
-def as_vector(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """`x` itself if a vector, else `<1 x T>`."""
-    if isinstance(x.type, ir.VectorType):
-        return x
-    return b.insert_element(ir.Constant(ir.VectorType(x.type, 1), None), x, I32(0))
-
-
-def centred(ctx: EmitContext, ptr: ir.Value, index: Index, width: int, zp: int) -> ir.Value:
-    """`width` int8 elements from `ptr[index]`, sign-extended to int16, minus the zero point (|·| ≤ 255)."""
-    b = ctx.b
-    raw = b.sext(ctx.load(0, I8, index, width, base=ptr), vec(I16, width))
-    return b.sub(raw, const(I16, zp, width))
-
-
-def pack_rows(ctx: EmitContext, src: ir.Value, rows: Index, k: int, zp: int, dst: ir.Value) -> None:
-    """`dst[i, p] = src[i, p] − zp` as int16 rows of `2·⌈k/2⌉` (an odd k padded with 0)."""
-    b, k2 = ctx.b, (k + 1) // 2
-    with ctx.for_range(0, rows, name="arow") as i:
-        for start, stop, width in column_blocks(k, 2 * ctx.lanes):
-            with ctx.for_range(start, stop, width, name="acol") as p:
-                ctx.store(0, centred(ctx, src, b.add(imul(b, i, k), p), width, zp), b.add(imul(b, i, 2 * k2), p),
-                          base=dst)
-        if k % 2:
-            ctx.store(0, I16(0), iadd(b, imul(b, i, 2 * k2), k), base=dst)
-
-
-def pack_pairs(ctx: EmitContext, src: ir.Value, k: int, n: int, zp: int, dst: ir.Value) -> None:
-    """`dst[p2, j] = (src[2·p2, j] − zp, src[2·p2 + 1, j] − zp)` as int16 pairs in rows of `padded(ctx, n)`
-    pairs, zero past column n (an odd k's last pair ends in 0)."""
-    b, n_pad = ctx.b, padded(ctx, n)
-
-    def pair_row(p2: Index, second: bool) -> None:
-        for start, stop, width in column_blocks(n, 2 * ctx.lanes):
-            with ctx.for_range(start, stop, width, name="bcol") as j:
-                lo = as_vector(b, centred(ctx, src, iadd(b, imul(b, p2, 2 * n), j), width, zp))
-                hi = (as_vector(b, centred(ctx, src, iadd(b, iadd(b, imul(b, p2, 2 * n), n), j), width, zp))
-                      if second else ir.Constant(lo.type, [I16(0)] * width))
-                zipped = ir.Constant(ir.VectorType(I32, 2 * width), [I32(i // 2 + (i % 2) * width)
-                                                                      for i in range(2 * width)])
-                ctx.store(0, b.shuffle_vector(lo, hi, zipped), b.mul(iadd(b, imul(b, p2, n_pad), j), I64(2)), base=dst)
-        zero_bytes(ctx, ctx.addr(0, iadd(b, imul(b, p2, 4 * n_pad), 4 * n), base=dst), 4 * (n_pad - n))
-
-    with ctx.for_range(0, k // 2, name="pair") as p2:
-        pair_row(p2, True)
-    if k % 2:
-        pair_row(k // 2, False)
-
-
-def madd_pairs(ctx: EmitContext, x: ir.Value, y: ir.Value) -> ir.Value:
-    """Lane j = `x[2j]·y[2j] + x[2j+1]·y[2j+1]` in int32 (`pmaddwd` where the host has it)."""
-    b, width = ctx.b, x.type.count // 2
-    feature, name = PAIR_MADD.get(width, ("", ""))
-    if name and feature in host().features.split(","):
-        return call_intrinsic(ctx, name, [x, y], ret=ir.VectorType(I32, width))
-
-    def lanes(v: ir.Value, parity: int) -> ir.Value:
-        if width == 1:
-            return b.sext(b.extract_element(v, I32(parity)), I32)
-        pick = ir.Constant(ir.VectorType(I32, width), [I32(2 * j + parity) for j in range(width)])
-        return b.sext(b.shuffle_vector(v, ir.Constant(v.type, None), pick), vec(I32, width))
-
-    return b.add(b.mul(lanes(x, 0), lanes(y, 0)), b.mul(lanes(x, 1), lanes(y, 1)))
 
 
 def requantize(ctx: EmitContext, acc: ir.Value, mult: float, out_zp: int) -> ir.Value:
@@ -195,28 +307,30 @@ def requantize(ctx: EmitContext, acc: ir.Value, mult: float, out_zp: int) -> ir.
 
 def tile(ctx: EmitContext, q: QGemm, row: ir.Value, rows: int, col: Index, keep: int) -> None:
     """Rows `[row, row + rows)` × the `2W` columns from `col`: int32 accumulators (one per row and
-    vector register) over all k pairs, then bias, requantization, and the first `keep` columns
-    stored as int8 (a partial tile goes through a stack buffer: nothing past column n is written)."""
+    vector register) over all k words, then the int32 terms, requantization, and the first `keep`
+    columns stored as int8 (a partial tile goes through a stack buffer: nothing past column n is written)."""
     b, reg = ctx.b, ctx.lanes
     chunks = (0, reg)
 
-    def step(p2: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-        bv = [ctx.load(0, I16, b.mul(iadd(b, iadd(b, imul(b, p2, q.n_pad), col), c), I64(2)), 2 * reg, base=q.b)
-              for c in chunks]
+    def step(p: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+        bv = [ctx.load(0, I32, iadd(b, iadd(b, imul(b, p, q.n_pad), col), c), reg, base=q.b) for c in chunks]
         new = []
         for r in range(rows):
-            pair = ctx.load(0, I32, iadd(b, imul(b, iadd(b, row, r), q.k2), p2), base=q.a)
-            av = b.bitcast(splat(b, pair, reg), ir.VectorType(I16, 2 * reg))
-            new += [b.add(accs[2 * r + ci], madd_pairs(ctx, av, bvc)) for ci, bvc in enumerate(bv)]
+            av = splat(b, ctx.load(0, I32, iadd(b, imul(b, iadd(b, row, r), q.kw), p), base=q.a), reg)
+            new += [dot_add(ctx, q.scheme, accs[2 * r + ci], av, bvc) for ci, bvc in enumerate(bv)]
         return new
 
-    accs = carried_loop(ctx, 0, q.k2, 1, [const(I32, 0, reg)] * (2 * rows), step, name="p")
+    accs = carried_loop(ctx, 0, q.kw, 1, [const(I32, 0, reg)] * (2 * rows), step, name="p")
     staging = None if keep == 2 * reg else entry_alloca(ctx, ir.VectorType(I8, 2 * reg), "partial")
     for r in range(rows):
         i = iadd(b, row, r)
-        bias = [splat(b, ctx.load(0, I32, i, base=q.bias), reg) if q.bias_per_row
-                else ctx.load(0, I32, iadd(b, col, c), reg, base=q.bias) for c in chunks]
-        lo, hi = (requantize(ctx, b.add(acc, bv), q.mult, q.out_zp) for acc, bv in zip(accs[2 * r:2 * r + 2], bias))
+        sums = accs[2 * r:2 * r + 2]
+        if q.col_add is not None:
+            sums = [b.add(s, ctx.load(0, I32, iadd(b, col, c), reg, base=q.col_add)) for s, c in zip(sums, chunks)]
+        if q.row_add is not None:
+            term = splat(b, ctx.load(0, I32, i, base=q.row_add), reg)
+            sums = [b.add(s, term) for s in sums]
+        lo, hi = (requantize(ctx, s, q.mult, q.out_zp) for s in sums)
         out = b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, 2 * reg), [I32(j) for j in range(2 * reg)]))
         at = iadd(b, imul(b, i, q.n), col)
         if staging is None:
@@ -248,9 +362,9 @@ def qgemm_rows(ctx: EmitContext, q: QGemm, start: Index, stop: Index) -> None:
         row_block(ctx, q, row, 1)
 
 
-def packed_bytes(rows: int, k: int) -> int:
-    """Bytes of `rows` int16 rows of `2·⌈k/2⌉` (at least 1)."""
-    return max(1, rows * 2 * ((k + 1) // 2) * 2)
+def packed_bytes(rows: int, kw: int) -> int:
+    """Bytes of `rows` packed rows of `kw` words (at least 1)."""
+    return max(1, rows * kw * 4)
 
 
 def padded(ctx: EmitContext, n: int) -> int:
@@ -258,24 +372,42 @@ def padded(ctx: EmitContext, n: int) -> int:
     return -(-n // (2 * ctx.lanes)) * 2 * ctx.lanes
 
 
+def shared(ctx: EmitContext, offset: "int | None") -> "ir.Value | None":
+    """Pointer to the thunk's scratch at `offset` (allocated on its own context), also inside a parallel body."""
+    return None if offset is None else pointer(ctx, ScratchRef(offset))
+
+
+def own(ctx: EmitContext, offset: "int | None") -> "ir.Value | None":
+    """Pointer to this thread's scratch at `offset` (allocated on `ctx` itself)."""
+    return None if offset is None else scratch_ptr(ctx, offset)
+
+
 # ── QMatMul ──────────────────────────────────────────────────────────────────
 
 @lowering(T.QMatMul, check=check_qmatmul)
 def qmatmul(ctx: EmitContext, t: T.QMatMul) -> None:
-    """Pack `x − x_zp` and `w − w_zp` as int16 k-pairs in scratch, then the tiles; rows split across threads."""
+    """Pack x as rows and w as column words in scratch, with the bias (and, for VNNI, the zero-point
+    terms) per column; then the tiles, rows split across threads."""
     if t.m == 0 or t.n == 0:
         return
-    n_pad = padded(ctx, t.n)
-    a16, b16 = ctx.scratch_alloc(packed_bytes(t.m, t.k)), ctx.scratch_alloc(packed_bytes(n_pad, t.k))
-    bias = ctx.scratch_alloc(4 * n_pad)
-    pack_rows(ctx, ctx.addr(t.x), t.m, t.k, t.x_zp, scratch_ptr(ctx, a16))
-    pack_pairs(ctx, ctx.addr(t.w), t.k, t.n, t.w_zp, scratch_ptr(ctx, b16))
-    copy_bytes(ctx, scratch_ptr(ctx, bias), ctx.addr(t.bias), 4 * t.n)
-    zero_bytes(ctx, scratch_ptr(ctx, bias + 4 * t.n), 4 * (n_pad - t.n))
+    scheme = dot_scheme(ctx.lanes)
+    n_pad, kw = padded(ctx, t.n), words(t.k, scheme)
+    a, w, cols = (ctx.scratch_alloc(size) for size in (packed_bytes(t.m, kw), packed_bytes(n_pad, kw), 4 * n_pad))
+    rows_add = None if scheme.centred else ctx.scratch_alloc(4 * t.m)
+    pack_rows(ctx, scheme, ctx.addr(t.x), t.m, t.k, t.x_zp, scratch_ptr(ctx, a))
+    pack_columns(ctx, scheme, ctx.addr(t.w), t.k, t.n, t.w_zp, scratch_ptr(ctx, w))
+    if scheme.centred:
+        copy_bytes(ctx, scratch_ptr(ctx, cols), ctx.addr(t.bias), 4 * t.n)
+    else:   # Σ (x − x_zp)(w − w_zp) = Σ (x + 128)·w − (x_zp + 128)·Σ_p w − w_zp·Σ_p x + k·x_zp·w_zp
+        column_sums(ctx, ctx.addr(t.w), t.k, t.n, scratch_ptr(ctx, cols))
+        affine_terms(ctx, scratch_ptr(ctx, cols), t.n, -(t.x_zp + 128), t.k * t.x_zp * t.w_zp, ctx.addr(t.bias))
+        row_sums(ctx, ctx.addr(t.x), t.m, t.k, scratch_ptr(ctx, rows_add))
+        affine_terms(ctx, scratch_ptr(ctx, rows_add), t.m, -t.w_zp, 0)
+    zero_bytes(ctx, scratch_ptr(ctx, cols + 4 * t.n), 4 * (n_pad - t.n))
 
     def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        q = QGemm(*(pointer(sub, ScratchRef(off)) for off in (a16, b16, bias)), sub.addr(t.out),
-                  t.n, n_pad, (t.k + 1) // 2, t.out_zp, t.mult)
+        q = QGemm(scheme, shared(sub, a), shared(sub, w), sub.addr(t.out), t.n, n_pad, kw, t.out_zp, t.mult,
+                  col_add=shared(sub, cols), row_add=shared(sub, rows_add))
         qgemm_rows(sub, q, start, stop)
 
     ctx.parallel_for(t.m, rows, grain=MR, min_work=max(1, PAR_MACS // max(1, t.n * t.k)))
@@ -300,27 +432,43 @@ def im2col_i8(ctx: EmitContext, t: T.QConv2d, src: ir.Value, col: ir.Value) -> N
             ctx.store(0, value, b.add(imul(b, tap, p), pix), base=col)
 
 
-def conv_item(ctx: EmitContext, t: T.QConv2d, item: Index, col: "ir.Value | None", col16: ir.Value
+@dataclass(frozen=True)
+class ConvBuffers:
+    """Scratch of one (image, group) GEMM: the int8 im2col (None for a direct 1×1), the packed
+    columns, and their zero-point terms (None for centred pairs)."""
+
+    col: "ir.Value | None"
+    packed: ir.Value
+    terms: "ir.Value | None"
+
+
+def conv_item(ctx: EmitContext, t: T.QConv2d, scheme: DotScheme, item: Index, buf: ConvBuffers
               ) -> tuple[Index, Index]:
-    """Im2col and pack (image, group) `item` into `col16`; returns (its output block, its group)."""
+    """Im2col and pack (image, group) `item` (and its column terms); returns (its output block, its group)."""
     b, groups = ctx.b, t.groups
     cin_g, plane = t.c_in // groups, t.h * t.w_in
     i, g = divmod(item, groups) if isinstance(item, int) else split_index(b, item, groups)
     x = ctx.addr(t.x, iadd(b, imul(b, i, t.c_in * plane), imul(b, g, cin_g * plane)))
-    if col is not None:
-        im2col_i8(ctx, t, x, col)
+    if buf.col is not None:
+        im2col_i8(ctx, t, x, buf.col)
     k, p = cin_g * t.kh * t.kw, t.h_out * t.w_out
-    pack_pairs(ctx, x if col is None else col, k, p, t.x_zp, col16)
+    src = x if buf.col is None else buf.col
+    pack_columns(ctx, scheme, src, k, p, t.x_zp, buf.packed)
+    if buf.terms is not None:   # the columns are the activations here: b = col, b_zp = x_zp, a_zp = w_zp
+        column_sums(ctx, src, k, p, buf.terms)
+        affine_terms(ctx, buf.terms, p, -(t.w_zp + 128), k * t.w_zp * t.x_zp)
     return iadd(b, imul(b, i, t.c_out * p), imul(b, g, t.c_out // groups * p)), g
 
 
-def conv_gemm(ctx: EmitContext, t: T.QConv2d, w16: int, col16: ir.Value, out: Index, g: Index) -> QGemm:
+def conv_gemm(ctx: EmitContext, t: T.QConv2d, scheme: DotScheme, weights: int, rows_add: ir.Value,
+              buf: ConvBuffers, out: Index, g: Index) -> QGemm:
     """The GEMM `w_g · col` of one (image, group) writing output block `out` (an element index)."""
     b, cout_g = ctx.b, t.c_out // t.groups
     k, p = t.c_in // t.groups * t.kh * t.kw, t.h_out * t.w_out
-    weights = ctx.addr(0, imul(b, g, cout_g * packed_bytes(1, k)), base=pointer(ctx, ScratchRef(w16)))
-    return QGemm(weights, col16, ctx.addr(t.bias, imul(b, g, cout_g), 4), ctx.addr(t.out, out), p, padded(ctx, p),
-                 (k + 1) // 2, t.out_zp, t.mult, bias_per_row=True)
+    kw = words(k, scheme)
+    a = ctx.addr(0, imul(b, g, cout_g * packed_bytes(1, kw)), base=shared(ctx, weights))
+    return QGemm(scheme, a, buf.packed, ctx.addr(t.out, out), p, padded(ctx, p), kw, t.out_zp, t.mult,
+                 col_add=buf.terms, row_add=ctx.addr(0, imul(b, g, cout_g), 4, base=rows_add))
 
 
 @lowering(T.QConv2d, check=check_qconv2d)
@@ -333,28 +481,43 @@ def qconv2d(ctx: EmitContext, t: T.QConv2d) -> None:
     items = t.n * t.groups
     if items == 0 or cout_g == 0 or p == 0:
         return
+    scheme = dot_scheme(ctx.lanes)
     direct = t.kh == t.kw == t.sh == t.sw == 1 and t.ph == t.pw == 0
-    w16 = ctx.scratch_alloc(packed_bytes(t.c_out, k))
-    pack_rows(ctx, ctx.addr(t.w), t.c_out, k, t.w_zp, scratch_ptr(ctx, w16))
+    weights = ctx.scratch_alloc(packed_bytes(t.c_out, words(k, scheme)))
+    pack_rows(ctx, scheme, ctx.addr(t.w), t.c_out, k, t.w_zp, scratch_ptr(ctx, weights))
+    rows_terms = None if scheme.centred else ctx.scratch_alloc(4 * t.c_out)
+    if rows_terms is not None:
+        row_sums(ctx, ctx.addr(t.w), t.c_out, k, scratch_ptr(ctx, rows_terms))
+        affine_terms(ctx, scratch_ptr(ctx, rows_terms), t.c_out, -t.x_zp, 0, ctx.addr(t.bias))
 
-    def buffers(c: EmitContext) -> tuple["int | None", int]:
-        return (None if direct else c.scratch_alloc(k * p)), c.scratch_alloc(packed_bytes(padded(ctx, p), k))
+    def rows_add(c: EmitContext) -> ir.Value:
+        """Per output channel: the bias (centred pairs) or the bias and the weights' zero-point terms."""
+        return c.addr(t.bias) if rows_terms is None else shared(c, rows_terms)
+
+    def buffers(c: EmitContext) -> tuple["int | None", int, "int | None"]:
+        return ((None if direct else c.scratch_alloc(k * p)),
+                c.scratch_alloc(packed_bytes(padded(ctx, p), words(k, scheme))),
+                (None if scheme.centred else c.scratch_alloc(4 * padded(ctx, p))))
+
+    def pointers(c: EmitContext, offsets: tuple, where: Callable = shared) -> ConvBuffers:
+        return ConvBuffers(*(where(c, off) for off in offsets))
 
     if items <= UNROLL_ITEMS:
-        col, col16 = buffers(ctx)
+        offsets = buffers(ctx)
         for item in range(items):
-            out, g = conv_item(ctx, t, item, None if col is None else scratch_ptr(ctx, col), scratch_ptr(ctx, col16))
+            out, g = conv_item(ctx, t, scheme, item, pointers(ctx, offsets))
 
             def rows(sub: EmitContext, start: ir.Value, stop: ir.Value, out=out, g=g) -> None:
-                qgemm_rows(sub, conv_gemm(sub, t, w16, pointer(sub, ScratchRef(col16)), out, g), start, stop)
+                q = conv_gemm(sub, t, scheme, weights, rows_add(sub), pointers(sub, offsets), out, g)
+                qgemm_rows(sub, q, start, stop)
 
             ctx.parallel_for(cout_g, rows, grain=MR, min_work=max(1, PAR_MACS // max(1, k * p)))
         return
 
     def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        col, col16 = (None if off is None else scratch_ptr(sub, off) for off in buffers(sub))
+        buf = pointers(sub, buffers(sub), own)
         with sub.for_range(start, stop, name="item") as item:
-            out, g = conv_item(sub, t, item, col, col16)
-            qgemm_rows(sub, conv_gemm(sub, t, w16, col16, out, g), 0, cout_g)
+            out, g = conv_item(sub, t, scheme, item, buf)
+            qgemm_rows(sub, conv_gemm(sub, t, scheme, weights, rows_add(sub), buf, out, g), 0, cout_g)
 
     ctx.parallel_for(items, body, min_work=max(1, PAR_MACS // max(1, cout_g * k * p)))

@@ -3,12 +3,17 @@
 float64 product); one bad-input test per check rule.  The ONNX oracle is tests/oracles/test_onnx_qgemm.py."""
 from __future__ import annotations
 
+import dataclasses
+
+import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
+import rlx_llvm as rl
+from rlx_llvm import jit
 from rlx_llvm import thunks as T
+from rlx_llvm.codegen import ModuleBuilder
 from rlx_llvm.ir_emit import qgemm
-from rlx_llvm.jit import host
 from tests.harness import W, Outcome, Suite, expect_invalid, suite_tests
 
 I8 = np.dtype(np.int8)
@@ -95,23 +100,66 @@ def test_requantization_spec_example(outcome: Outcome) -> None:
     outcome.check_spec("QMatMul-spec-ties")
 
 
-def test_host_pair_multiply_add_is_used(outcome: Outcome) -> None:
-    feature, name = qgemm.PAIR_MADD.get(W, ("", ""))
-    if feature not in host().features.split(","):
-        pytest.skip(f"this host has no {W}-lane pmaddwd")
+def test_host_instruction_is_used(outcome: Outcome) -> None:
+    scheme = qgemm.dot_scheme(W)
+    name = scheme.intrinsic(W, qgemm.host_features())
+    if not name:
+        pytest.skip(f"this host has no {W}-lane {scheme.name} instruction")
     assert name in outcome.program.llvm_ir()
 
 
-def test_portable_pair_multiply_add_matches(monkeypatch) -> None:
-    """Without the x86 `pmaddwd` intrinsics (another host) the portable even/odd form gives the same bytes."""
-    monkeypatch.setattr(qgemm, "PAIR_MADD", {})
+@pytest.mark.parametrize("scheme", [qgemm.PAIRS, qgemm.QUADS], ids=lambda s: s.name)
+def test_portable_scheme_matches(monkeypatch, scheme: qgemm.DotScheme) -> None:
+    """Each packing scheme through its portable inner product (no x86 intrinsic), bit-exact: for the
+    VNNI quads this runs, on any host, the u8 packing (x + 128) and the zero-point row/column terms
+    a VNNI host uses around `vpdpbusd`."""
+    portable = dataclasses.replace(scheme, intrinsics={})
+    monkeypatch.setattr(qgemm, "dot_scheme", lambda lanes: portable)
     s = Suite(12)
-    names = [add_qmatmul(s, 5, 37, 2 * W + 3, (-128, 127, 3), mult=0.5),
-             add_qconv(s, 2, 4, (9, 10), 6, (3, 2), (2, 1), (1, 0), (1, 2), 2)]
+    names = [add_qmatmul(s, 5, 39, 2 * W + 3, (-128, 127, 3), mult=0.5),                 # k = 4·9 + 3
+             add_qmatmul(s, 9, 38, 3, (7, -128, -2), mult=0.002),
+             add_qmatmul(s, 4, 1, 2 * W, (127, 127, 0), mult=0.01),
+             add_qmatmul(s, 97, 300, 70, (-3, 9, -1), mult=0.0005, tag="-threads"),
+             add_qconv(s, 2, 4, (9, 10), 6, (3, 2), (2, 1), (1, 0), (1, 2), 2, zps=(127, -128, 0)),   # im2col
+             add_qconv(s, 1, 8, (6, 7), 5, (1, 1), (1, 1), (0, 0), (1, 1), 1, zps=(-128, 127, 5)),    # direct 1×1
+             add_qconv(s, 3, 8, (12, 37), 16, (3, 3), (1, 1), (1, 1), (1, 1), 2, mult=0.0007)]  # pairs on threads
     outcome = s.run()
-    assert "pmadd" not in outcome.program.llvm_ir()
+    ir_text = outcome.program.llvm_ir()
+    assert "pmadd" not in ir_text and "vpdpbusd" not in ir_text
     for name in names:
         outcome.check(name)
+    outcome.check_thread_independent(names)
+
+
+# A VNNI host's code, compiled (not run) for its CPU: this one may have no VNNI.
+VNNI_HOSTS = {"znver4": (16, "+avx512f,+avx512bw,+avx512vl,+avx512vnni,+avx2"),   # AVX-512 VNNI, zmm
+              "alderlake": (8, "+avx2,+avxvnni")}                                  # AVX-VNNI, ymm (VEX)
+
+
+@pytest.mark.parametrize("cpu", sorted(VNNI_HOSTS))
+def test_vnni_host_compiles_to_vpdpbusd(monkeypatch, cpu: str) -> None:
+    lanes, features = VNNI_HOSTS[cpu]
+    monkeypatch.setattr(qgemm, "host_features", lambda: set(features.split(",")))
+    assert qgemm.dot_scheme(lanes) is qgemm.QUADS
+    thunks = [qmatmul(m=9, k=70, n=3 * lanes + 5, x_zp=3, w_zp=-7), qconv()]
+    mb = ModuleBuilder(rl.ThunkSchedule(thunks, arena_bytes=1 << 13), lanes)
+    for i, t in enumerate(thunks):
+        mb.thunk_function(i, t)
+    asm = compile_for(str(mb.module), cpu)
+    dot = {16: "vpdpbusd\t%zmm", 8: "{vex}\tvpdpbusd\t%ymm"}[lanes]
+    assert asm.count(dot) >= 2 * qgemm.MR, asm.count(dot)        # a whole register tile of them
+    assert "vpmaddwd" not in asm
+
+
+def compile_for(ir_text: str, cpu: str) -> str:
+    """O3 assembly of `ir_text` for `cpu` (its own features)."""
+    jit.initialize()
+    mod = llvm.parse_assembly(ir_text)
+    mod.verify()
+    machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(cpu=cpu, opt=3)
+    pb = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+    pb.getModulePassManager().run(mod, pb)
+    return machine.emit_assembly(mod)
 
 
 def test_ties_round_half_away_not_to_even(outcome: Outcome) -> None:
