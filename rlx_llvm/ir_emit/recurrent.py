@@ -1,0 +1,400 @@
+"""LSTM, GRU and Elman RNN as native code (semantics.md §3.9; docs/lowering-recurrent.md).
+
+One emitter for the three cells.  Per layer:
+
+1. **Input projection**, per direction one GEMM over every step at once:
+   `proj[B·S, G·H] = x_l[B·S, in_l]·W_ihᵀ` into scratch (`gemm.gemm`: IR register tiles, their
+   column panels across threads, or a BLAS call for huge shapes).  Both directions' projections are
+   done before either recurrence writes `dst`, so `dst` itself holds a layer's output and is the
+   next layer's input.
+2. **Recurrence**, the directions side by side (one thread each with two threads): `W_hh` is packed
+   once per (layer, direction) into panels `[H/P][k = H][gate][P]`, P = `nv·W` hidden units, so one
+   panel's weights for all gates stream contiguously.  Each step runs a *step tile*
+   (`StepTile`, one internal function per cell and shape, shared by every layer and thunk) over
+   `rows` batch rows × one panel: `rows·G·nv` vector accumulators of `h·W_hhᵀ` stay in registers
+   over the k loop, then the gate math (`vecmath.sigmoid`/`tanh`) adds the projection and biases
+   and writes `h'` (and `c'`) for those hidden units.  `h` is double-buffered in scratch (every
+   tile reads all of the old `h`), `c` is updated in place; after the step the new `h` rows are
+   copied into `dst` at step `t` (forward t = 0…S−1, reverse t = S−1…0).
+
+State rows are padded to `hp = ⌈H/P⌉·P` so tiles never need masks: the padded weights and biases
+are zero, the pad lanes of `h`/`c` never feed a product (k < H) and are never copied out.
+With `carry`, `h0` (`c0`) `[L·D, batch, H]` seed the state and receive the final one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from llvmlite import ir
+
+from .. import thunks as T
+from ..errors import ValidationError
+from ..kernels.blas import BLAS_INT_MAX
+from ..registry import lowering
+from ..thunks.base import cdiv
+from . import vecmath as vm
+from .blas_calls import FortranArgs
+from .context import ArenaRef, EmitContext, ScratchRef
+from .gemm import ACCUMULATORS, _maybe_loop, _runs, copy_matrix, gemm, ir_tiles_win
+from .toolkit import F32, I64, PTR, carried_loop, copy_bytes, splat, splat_like, zero_bytes
+
+# step(b, zx, zh, h, c) → (h', c'): per gate, zx = x·W_ihᵀ + input-side bias and zh = h·W_hhᵀ (+ b_hh).
+Step = Callable[[ir.IRBuilder, list[ir.Value], list[ir.Value], ir.Value, ir.Value], tuple[ir.Value, ir.Value]]
+
+
+def lstm_step(b: ir.IRBuilder, zx: list[ir.Value], zh: list[ir.Value], h: ir.Value, c: ir.Value
+              ) -> tuple[ir.Value, ir.Value]:
+    """Gates i, f, g, o: `c' = σ(f)·c + σ(i)·tanh(g)`, `h' = σ(o)·tanh(c')`."""
+    i, f, g, o = (b.fadd(x, y) for x, y in zip(zx, zh))
+    c = b.fadd(b.fmul(vm.sigmoid(b, f), c), b.fmul(vm.sigmoid(b, i), vm.tanh(b, g)))
+    return b.fmul(vm.sigmoid(b, o), vm.tanh(b, c)), c
+
+
+def gru_step(b: ir.IRBuilder, zx: list[ir.Value], zh: list[ir.Value], h: ir.Value, c: ir.Value
+             ) -> tuple[ir.Value, ir.Value]:
+    """Gates r, z, n: `n = tanh(x_n + r·(W_hn h + b_hn))`, `h' = n + z·(h − n)`."""
+    r = vm.sigmoid(b, b.fadd(zx[0], zh[0]))
+    z = vm.sigmoid(b, b.fadd(zx[1], zh[1]))
+    n = vm.tanh(b, b.fadd(zx[2], b.fmul(r, zh[2])))
+    return vm.fma(b, z, b.fsub(h, n), n), c
+
+
+def rnn_step(relu: bool) -> Step:
+    """`h' = act(zx + zh)`: relu (NaN kept) or tanh."""
+    def step(b: ir.IRBuilder, zx: list[ir.Value], zh: list[ir.Value], h: ir.Value, c: ir.Value
+             ) -> tuple[ir.Value, ir.Value]:
+        z = b.fadd(zx[0], zh[0])
+        if relu:
+            zero = splat_like(z, 0.0)
+            return b.select(b.fcmp_ordered("<", z, zero), zero, z), c
+        return vm.tanh(b, z), c
+    return step
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What the shared emitter needs to know of a cell kind."""
+
+    name: str
+    gates: int
+    step: Step
+    has_c: bool = False        # an LSTM cell state
+    hidden_bias: bool = False  # b_hh kept apart (GRU: it sits inside the reset product)
+    reads_h: bool = False      # the gate math reads the old h (GRU's interpolation)
+
+
+CELLS = {
+    T.Lstm: Cell("lstm", 4, lstm_step, has_c=True),
+    T.Gru: Cell("gru", 3, gru_step, hidden_bias=True, reads_h=True),
+}
+RNN_CELLS = {relu: Cell("rnn_relu" if relu else "rnn_tanh", 1, rnn_step(relu)) for relu in (False, True)}
+
+
+def cell_of(t: T._Recurrent) -> Cell:
+    """The cell of a thunk."""
+    return RNN_CELLS[bool(t.relu)] if isinstance(t, T.Rnn) else CELLS[type(t)]
+
+
+def tile_shape(lanes: int, gates: int, hidden: int, batch: int) -> tuple[int, int]:
+    """(vectors per panel, batch rows per tile): `rows·gates·nv` accumulators fill the register budget;
+    with one row the panel is as wide as it can be, with more rows half the budget goes to width."""
+    budget = ACCUMULATORS.get(lanes, 12)
+    nv = max(1, min(cdiv(hidden, lanes), budget // gates // (1 if batch == 1 else 2)))
+    return nv, max(1, min(batch, budget // (gates * nv)))
+
+
+# ── the step tile ────────────────────────────────────────────────────────────
+
+@dataclass(frozen=True)
+class StepTile:
+    """One step of `rows` batch rows × one panel of `nv·w` hidden units, as an internal function:
+
+    `void (ptr wh, ptr h_prev, ptr h_next, ptr c, ptr proj, ptr bias, i64 hidden, i64 hp, i64 proj_row, i64 j0)`
+    with `wh` at the panel (`[hidden][G][P]`), the states at their first row (rows `hp` apart),
+    `proj` at column 0 of the first row's step (gate g at `g·hidden`, rows `proj_row` apart),
+    `bias` at `[2][G][hp]` (input-side, then hidden-side) and `j0` the panel's first hidden unit.
+    """
+
+    cell: Cell
+    w: int
+    rows: int
+    vectors: int
+
+    @property
+    def name(self) -> str:
+        """The function's symbol, e.g. `rlx.rnn.lstm.w8.r3.v1`."""
+        return f"rlx.rnn.{self.cell.name}.w{self.w}.r{self.rows}.v{self.vectors}"
+
+    def function(self, ctx: EmitContext) -> ir.Function:
+        """The tile function in `ctx`'s module, defined on first use."""
+        existing = ctx.module.globals.get(self.name)
+        if existing is not None:
+            return existing
+        fn = ir.Function(ctx.module, ir.FunctionType(ir.VoidType(), [PTR] * 6 + [I64] * 4), name=self.name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")
+        body = EmitContext(ctx.module, fn, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx.declare,
+                           arena=fn.args[0], scratch=fn.args[0])
+        self._body(body, *fn.args)
+        body.b.ret_void()
+        return fn
+
+    def _body(self, ctx: EmitContext, wh, h_prev, h_next, c, proj, bias, hidden, hp, proj_row, j0) -> None:
+        b, w, g_count, nv = ctx.b, self.w, self.cell.gates, self.vectors
+        panel = nv * w
+        at = lambda *terms: _sum(b, terms)  # noqa: E731  (an element index: a sum of products)
+        zero = ir.Constant(ir.VectorType(F32, w), None)
+
+        def k_step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            weights = [ctx.load(0, F32, at(b.mul(k, I64(g_count * panel)), I64(g * panel + v * w)), w, base=wh)
+                       for g in range(g_count) for v in range(nv)]
+            out = []
+            for r in range(self.rows):
+                hk = splat(b, ctx.load(0, F32, at(b.mul(I64(r), hp), k), base=h_prev), w)
+                out += [vm.fma(b, hk, wv, a) for wv, a in zip(weights, acc[r * len(weights):])]
+            return out
+
+        acc = carried_loop(ctx, 0, hidden, 1, [zero] * (self.rows * g_count * nv), k_step, name="k")
+        for r in range(self.rows):
+            for v in range(nv):
+                j = b.add(j0, I64(v * w))
+                state = at(b.mul(I64(r), hp), j)
+                zx, zh = [], []
+                for g in range(g_count):
+                    x = ctx.load(0, F32, at(b.mul(I64(r), proj_row), b.mul(I64(g), hidden), j), w, base=proj)
+                    zx.append(b.fadd(x, ctx.load(0, F32, at(b.mul(I64(g), hp), j), w, base=bias)))
+                    hw = acc[(r * g_count + g) * nv + v]
+                    if self.cell.hidden_bias:
+                        hw = b.fadd(hw, ctx.load(0, F32, at(b.mul(I64(g_count + g), hp), j), w, base=bias))
+                    zh.append(hw)
+                h_old = ctx.load(0, F32, state, w, base=h_prev) if self.cell.reads_h else zero
+                c_old = ctx.load(0, F32, state, w, base=c) if self.cell.has_c else zero
+                h_new, c_new = self.cell.step(b, zx, zh, h_old, c_old)
+                ctx.store(0, h_new, state, base=h_next)
+                if self.cell.has_c:
+                    ctx.store(0, c_new, state, base=c)
+
+
+def _sum(b: ir.IRBuilder, terms) -> ir.Value:
+    total = terms[0]
+    for x in terms[1:]:
+        total = b.add(total, x)
+    return total
+
+
+# ── one (layer, direction) ───────────────────────────────────────────────────
+
+@dataclass(frozen=True)
+class DirectionRun:
+    """One (layer, direction) of any thunk with this cell and tile shape, as an internal function
+    (all dims are arguments, so every layer and every thunk of a module shares it):
+
+    `void (ptr w_hh, ptr bias_x, ptr bias_h, ptr h0, ptr c0, ptr dst, ptr proj, ptr wh, ptr bias, ptr h, ptr c,
+    i64 batch, i64 seq, i64 hidden, i64 dst_row, i64 proj_row, i64 reverse, i64 carry)`
+
+    `w_hh`, the biases and `h0`/`c0` at this (layer, direction)'s block; `dst` and `proj` at the
+    direction's first column (rows `dst_row`, `proj_row` elements apart per step); `wh`, `bias`,
+    `h`, `c` this direction's scratch (packed W_hh, packed biases, two h buffers, c).
+    """
+
+    cell: Cell
+    w: int
+    rows: int
+    vectors: int
+
+    POINTERS = ("w_hh", "bias_x", "bias_h", "h0", "c0", "dst", "proj", "wh", "bias", "h", "c")
+    DIMS = ("batch", "seq", "hidden", "dst_row", "proj_row", "reverse", "carry")
+
+    @property
+    def name(self) -> str:
+        """The function's symbol, e.g. `rlx.rnn.lstm.w8.r3.v1.run`."""
+        return f"rlx.rnn.{self.cell.name}.w{self.w}.r{self.rows}.v{self.vectors}.run"
+
+    def function(self, ctx: EmitContext) -> ir.Function:
+        """The function in `ctx`'s module, defined on first use."""
+        existing = ctx.module.globals.get(self.name)
+        if existing is not None:
+            return existing
+        fn = ir.Function(ctx.module, ir.FunctionType(ir.VoidType(), [PTR] * len(self.POINTERS) + [I64] * len(self.DIMS)),
+                         name=self.name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")
+        body = EmitContext(ctx.module, fn, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx.declare,
+                           arena=fn.args[0], scratch=fn.args[0])
+        Direction(self, body, dict(zip(self.POINTERS + self.DIMS, fn.args))).run()
+        body.b.ret_void()
+        return fn
+
+
+class Direction:
+    """The body of a `DirectionRun`: pack, seed the state, step, write the final state back."""
+
+    def __init__(self, shape: DirectionRun, ctx: EmitContext, args: dict[str, ir.Value]) -> None:
+        self.shape, self.ctx, self.a = shape, ctx, args
+        b, g = ctx.b, shape.cell.gates
+        self.panel = shape.vectors * shape.w
+        self.panels = b.udiv(b.add(args["hidden"], I64(self.panel - 1)), I64(self.panel))
+        self.hp = b.mul(self.panels, I64(self.panel))                  # padded state row
+        self.state = b.mul(args["batch"], self.hp)                     # one h buffer, and c
+        self.gh = b.mul(args["hidden"], I64(g))
+        self.wh_elems = b.mul(self.hp, self.gh)                        # [panels][H][G][P]
+
+    def ptr(self, name: str, *terms: ir.Value) -> ir.Value:
+        """Pointer to f32 element `Σ terms` of buffer `name`."""
+        return self.ctx.addr(0, _sum(self.ctx.b, list(terms)) if terms else 0, 4, base=self.a[name])
+
+    def run(self) -> None:
+        """Pack W_hh and the biases, seed h (c), run the steps, write the final state back with `carry`."""
+        ctx, b, a = self.ctx, self.ctx.b, self.a
+        self.pack_weights()
+        self.pack_biases()
+        self.seed()
+        with ctx.for_range(0, a["seq"], name="step") as s:
+            self.step(s)
+        with b.if_then(b.icmp_unsigned("!=", a["carry"], I64(0))):
+            final = b.mul(b.and_(a["seq"], I64(1)), self.state)       # the h buffer step S−1 wrote
+            self.copy_rows("h0", "h", final, to_arena=True)
+            if self.shape.cell.has_c:
+                self.copy_rows("c0", "c", I64(0), to_arena=True)
+
+    def pack_weights(self) -> None:
+        """`wh[p][k][g][v] = W_hh[g·H + p·P + v, k]`, zero past H."""
+        ctx, b, h, g_count, panel = self.ctx, self.ctx.b, self.a["hidden"], self.shape.cell.gates, self.panel
+        zero_bytes_at(ctx, self.ptr("wh"), b.mul(self.wh_elems, I64(4)))
+        with ctx.for_range(0, self.gh, name="wrow") as row:
+            g, j = b.udiv(row, h), b.urem(row, h)
+            p, v = b.udiv(j, I64(panel)), b.urem(j, I64(panel))
+            first = _sum(b, [b.mul(b.mul(p, h), I64(g_count * panel)), b.mul(g, I64(panel)), v])
+            with ctx.for_range(0, h, name="wk") as k:
+                x = ctx.load(0, F32, b.add(b.mul(row, h), k), base=self.a["w_hh"])
+                ctx.store(0, x, 0, base=self.ptr("wh", first, b.mul(k, I64(g_count * panel))))
+
+    def pack_biases(self) -> None:
+        """`bias[which][g][j]` in rows of hp: the input-side bias, then (GRU) b_hh; zero past H."""
+        ctx, b, h, g_count = self.ctx, self.ctx.b, self.a["hidden"], self.shape.cell.gates
+        per = b.mul(self.hp, I64(g_count))
+        zero_bytes_at(ctx, self.ptr("bias"), b.mul(per, I64(8)))
+        for which, name in enumerate(("bias_x", "bias_h") if self.shape.cell.hidden_bias else ("bias_x",)):
+            with ctx.for_range(0, self.gh, name="bias") as row:
+                g, j = b.udiv(row, h), b.urem(row, h)
+                x = ctx.load(0, F32, row, base=self.a[name])
+                ctx.store(0, x, 0, base=self.ptr("bias", b.mul(per, I64(which)), b.mul(g, self.hp), j))
+
+    def seed(self) -> None:
+        """h (and c) buffer 0 from h0 (c0) with `carry`, else zeros (the pad lanes always zero)."""
+        ctx, b = self.ctx, self.ctx.b
+        for region in ("h", "c"):
+            zero_bytes_at(ctx, self.ptr(region), b.mul(self.state, I64(4)))
+        with b.if_then(b.icmp_unsigned("!=", self.a["carry"], I64(0))):
+            self.copy_rows("h0", "h", I64(0), to_arena=False)
+            if self.shape.cell.has_c:
+                self.copy_rows("c0", "c", I64(0), to_arena=False)
+
+    def copy_rows(self, name: str, region: str, first: ir.Value, to_arena: bool) -> None:
+        """Copy the H live floats of every batch row between state `name` `[batch, H]` and `region`."""
+        ctx, b, h = self.ctx, self.ctx.b, self.a["hidden"]
+        with ctx.for_range(0, self.a["batch"], name="row") as r:
+            arena, state = self.ptr(name, b.mul(r, h)), self.ptr(region, first, b.mul(r, self.hp))
+            copy_bytes(ctx, *((arena, state) if to_arena else (state, arena)), b.mul(h, I64(4)))
+
+    def step(self, s: ir.Value) -> None:
+        """Step `s` (time t = s, or S−1−s in reverse): every tile, then the new h rows into dst."""
+        ctx, b, a, shape = self.ctx, self.ctx.b, self.a, self.shape
+        seq = a["seq"]
+        time = b.select(b.icmp_unsigned("!=", a["reverse"], I64(0)), b.sub(b.sub(seq, I64(1)), s), s)
+        old = b.mul(b.and_(s, I64(1)), self.state)
+        new = b.sub(self.state, old)
+        full = b.mul(b.udiv(a["batch"], I64(shape.rows)), I64(shape.rows))
+        runs = [(I64(0), full, shape.rows)] + ([(full, a["batch"], 1)] if shape.rows > 1 else [])  # then single rows
+        for start, stop, rows in runs:
+            tile = StepTile(shape.cell, shape.w, rows, shape.vectors).function(ctx)
+            with ctx.for_range(start, stop, rows, name=f"rows{rows}") as r0:
+                state = b.mul(r0, self.hp)
+                proj = self.ptr("proj", b.mul(b.add(b.mul(r0, seq), time), a["proj_row"]))
+                with ctx.for_range(0, self.panels, name="panel") as p:
+                    b.call(tile, [self.ptr("wh", b.mul(p, b.mul(self.gh, I64(self.panel)))),
+                                  self.ptr("h", old, state), self.ptr("h", new, state), self.ptr("c", state), proj,
+                                  self.ptr("bias"), a["hidden"], self.hp, b.mul(seq, a["proj_row"]),
+                                  b.mul(p, I64(self.panel))])
+        with ctx.for_range(0, a["batch"], name="out") as r:
+            out = self.ptr("dst", b.mul(b.add(b.mul(r, seq), time), a["dst_row"]))
+            copy_bytes(ctx, out, self.ptr("h", new, b.mul(r, self.hp)), b.mul(a["hidden"], I64(4)))
+
+
+def zero_bytes_at(ctx: EmitContext, dst: ir.Value, nbytes: ir.Value) -> None:
+    """`memset(dst, 0, nbytes)` of a run-time byte count."""
+    fn = ctx.intrinsic("llvm.memset.p0.i64", ir.VoidType(), [PTR, ir.IntType(8), I64, ir.IntType(1)])
+    ctx.b.call(fn, [dst, ir.IntType(8)(0), nbytes, ir.IntType(1)(0)])
+
+
+# ── the thunk ────────────────────────────────────────────────────────────────
+
+def check_recurrent(t: T._Recurrent) -> None:
+    """At least one layer; the projection GEMM's dims fit 32-bit BLAS integers."""
+    if t.num_layers == 0:
+        raise ValidationError("num_layers must be at least 1", field="num_layers")
+    dims = {"batch": t.batch * t.seq, "hidden": t.directions * t.gates * t.hidden,
+            "input_size": max(t.input_size, t.directions * t.hidden)}
+    for field, value in dims.items():
+        if value > BLAS_INT_MAX:
+            raise ValidationError(f"{field}: the input projection's dim {value} exceeds the 32-bit BLAS integer "
+                                  f"bound {BLAS_INT_MAX}", field=field)
+
+
+@lowering(T.Lstm, T.Gru, T.Rnn, path="llvm|blas", check=check_recurrent)
+def recurrent(ctx: EmitContext, t: T._Recurrent) -> None:
+    """Every layer: one GEMM projects the steps for both directions, then the directions run side by side."""
+    if t.batch * t.seq * t.hidden == 0:
+        ctx.note_path("llvm")  # nothing to compute; carried states stay as they are
+        return
+    cell, dirs, h = cell_of(t), t.directions, t.hidden
+    nv, rows = tile_shape(ctx.lanes, cell.gates, h, t.batch)
+    panel = nv * ctx.lanes
+    hp = cdiv(h, panel) * panel
+    gh, steps = cell.gates * h, t.batch * t.seq
+    proj_elems = steps * dirs * gh + hp  # slack: the last panel of the last gate reads past H
+    scratch = {name: ctx.scratch_alloc(4 * n) for name, n in dict(
+        wx=dirs * gh * max(t.input_size, dirs * h), proj=proj_elems, wh=dirs * hp * gh,
+        bias=dirs * 2 * cell.gates * hp, h=dirs * 2 * t.batch * hp, c=dirs * t.batch * hp).items()}
+    per_dir = dict(wh=hp * gh, bias=2 * cell.gates * hp, h=2 * t.batch * hp, c=t.batch * hp)
+    run_fn = DirectionRun(cell, ctx.lanes, rows, nv).function(ctx)
+    fa, w_ih_at = FortranArgs(ctx), t.w_ih
+    for layer in range(t.num_layers):
+        n_in = t.input_size if layer == 0 else dirs * h
+        project(ctx, fa, ArenaRef(t.x if layer == 0 else t.dst), w_ih_at, steps, dirs * gh, n_in,
+                ScratchRef(scratch["proj"]), scratch["wx"])
+        w_ih_at += 4 * dirs * gh * n_in
+
+        def directions(sub: EmitContext, start: ir.Value, stop: ir.Value, layer: int = layer) -> None:
+            b = sub.b
+            with sub.for_range(start, stop, name="dir") as d:
+                slot = b.add(I64(layer * dirs), d)  # (layer, direction) block of weights and states
+                at = lambda offset, per: sub.addr(offset, b.mul(slot, I64(per)), 4)  # noqa: E731
+                mine = lambda region, col=0: sub.addr(scratch[region], b.mul(d, I64(col or per_dir[region])), 4,  # noqa: E731
+                                                      base=sub.shared)
+                carried = [at(getattr(t, name), t.batch * h) if t.carry and name in t.carried else at(t.x, 0)
+                           for name in ("h0", "c0")]
+                biases = [at(getattr(t, name), gh) for name in t.biases] * (2 if len(t.biases) == 1 else 1)
+                b.call(run_fn, [at(t.w_hh, gh * h), *biases, *carried, sub.addr(t.dst, b.mul(d, I64(h)), 4),
+                                mine("proj", gh), mine("wh"), mine("bias"), mine("h"), mine("c"),
+                                I64(t.batch), I64(t.seq), I64(h), I64(dirs * h), I64(dirs * gh), d,
+                                I64(int(t.carry))])
+
+        if dirs == 2:
+            ctx.parallel_for(2, directions)
+        else:
+            directions(ctx, I64(0), I64(1))
+
+
+def project(ctx: EmitContext, fa: FortranArgs, x: ArenaRef, w_ih: int, m: int, n: int, k: int, out: ScratchRef,
+            packed: int) -> None:
+    """`out[m, n] = x[m, k]·W_ihᵀ` with W_ih `[n, k]` at arena offset `w_ih`: IR tiles on a transposed
+    copy in scratch at `packed` (movable, so the panels split across threads), or BLAS's trans flag."""
+    if ir_tiles_win(m, "s", n, k):
+        copy_matrix(ctx, ctx.addr(w_ih), ctx.addr(packed, base=ctx.shared), n, k, F32, F32, transpose=True)
+        gemm(ctx, fa, "s", m, n, k, x, ScratchRef(packed), out)
+    else:
+        gemm(ctx, fa, "s", m, n, k, x, ArenaRef(w_ih), out, tb=True)
