@@ -1,37 +1,36 @@
-"""`DequantMatMul` (Int8Block, symmetric or asymmetric) and `DequantMatMulInt4` with the decode fused
-into the matmul (semantics.md §3.8; docs/lowering-dequant.md).
+"""The `[k, n]`-layout dequantizing GEMMs — `DequantMatMul` (Int8Block, sym/asym), `DequantMatMulInt4`,
+`DequantMatMulFp8`, `DequantMatMulNvfp4` and `DequantMatMulMxFp4x2` — with the decode fused into the
+matmul's register tiles (semantics.md §2.11, §3.8; docs/lowering-dequant.md).
 
-`W_q` is `[k, n]` row-major (i8 codes, or unsigned nibbles of the flat index `f = p·n + j`, even `f`
-in the low nibble), `scale`/`zp` are f32 `[ceil(k/block), n]`; `w[p, j] = (q − z)·s`, `C = X @ W`.
-W is never materialised in f32: a tile of `MR` rows of x × `NC` vectors of columns keeps its
-accumulators in registers; per k-block the tile's scales and zero points are loaded once, and per
-row `p` of W each vector of codes is decoded into a register (`(f32(q) − z)·s`, two roundings) and
-multiplied into every row's accumulators.  So `m ≤ MR` is one streaming pass over the codes.
-Column panels are split across threads.
+`C = X @ W` with `W` `[k, n]` stored as codes and per-block scales along k.  W is never materialised in
+f32: a tile of `MR` rows of x × `NC` vectors of columns keeps its accumulators in registers; per k-block
+the tile's scales are loaded once, and per row `p` of W each vector of codes is decoded into a register
+and multiplied into every row's accumulators.  So `m ≤ MR` is one streaming pass over the codes.
+Column panels are split across threads.  Each kind is one `Scheme`: its rows per scale block, how a
+block's scales are loaded, and how a row's codes become weights — the tile and the driver are shared.
 """
 from __future__ import annotations
 
-from typing import Union
+from dataclasses import dataclass
+from typing import Callable, Union
 
 from llvmlite import ir
 
 from .. import thunks as T
 from ..errors import ValidationError
+from ..reference.dequant import E2M1, FP8, NVFP4_GROUP, mxfp4x2_planes
+from ..reference.scaled import FORMATS
 from ..registry import lowering
+from . import lowp_floats as lp
 from .context import EmitContext
-from .toolkit import F32, FASTMATH, I1, I32, I64, I8, carried_loop, const, splat, vec
+from .toolkit import F32, FASTMATH, I1, I32, I64, I8, carried_loop, const, is_nan, splat, vec, vec_like
 
 MR = 4   # rows of x sharing each decoded vector of weights
 NC = 2   # vectors of columns per tile (MR·NC accumulators: 8 of AVX2's 16 registers)
 
-Dequant = Union[T.DequantMatMul, T.DequantMatMulInt4]
-
-
-def check_block(t: Dequant) -> None:
-    """A block of at least one row of W."""
-    if t.block_size == 0:
-        raise ValidationError("block_size must be at least 1 (scale and zp hold one row per block of "
-                              "block_size rows of W)", field="block_size")
+Dequant = Union[T.DequantMatMul, T.DequantMatMulInt4, T.DequantMatMulFp8, T.DequantMatMulNvfp4,
+                T.DequantMatMulMxFp4x2]
+Scales = tuple[ir.Value, ...]
 
 
 # ── codes of one row of W: columns j…j + width ──────────────────────────────
@@ -41,8 +40,9 @@ def int8_codes(ctx: EmitContext, t: T.DequantMatMul, flat: ir.Value, width: int)
     return ctx.b.sext(ctx.load(t.w_q, I8, flat, width), vec(I32, width))
 
 
-def int4_codes(ctx: EmitContext, t: T.DequantMatMulInt4, flat: ir.Value, width: int) -> ir.Value:
-    """Nibbles of flat elements `flat…`: element f is nibble `f & 1` (low first) of byte `f // 2`.
+def nibbles(ctx: EmitContext, plane: int, flat: ir.Value, width: int) -> ir.Value:
+    """Nibbles of flat elements `flat…` packed at arena offset `plane`: element f is nibble `f & 1` (low
+    first) of byte `f // 2`, as i32 lanes.
 
     A vector loads the `width/2` bytes from `flat // 2` plus the byte holding the last element (never
     past it), spreads them to `width + 2` nibbles in order, and takes lanes `flat & 1 …`."""
@@ -50,10 +50,10 @@ def int4_codes(ctx: EmitContext, t: T.DequantMatMulInt4, flat: ir.Value, width: 
     first, odd = b.lshr(flat, I64(1)), b.trunc(b.and_(flat, I64(1)), I1)
     if width == 1:
         shift = b.mul(b.zext(odd, I32), I32(4))
-        return b.and_(b.lshr(b.zext(ctx.load(t.w_q, I8, first), I32), shift), I32(15))
+        return b.and_(b.lshr(b.zext(ctx.load(plane, I8, first), I32), shift), I32(15))
     half = width // 2
-    last = ctx.load(t.w_q, I8, b.lshr(b.add(flat, I64(width - 1)), I64(1)))
-    head = ctx.load(t.w_q, I8, first, half)
+    last = ctx.load(plane, I8, b.lshr(b.add(flat, I64(width - 1)), I64(1)))
+    head = ctx.load(plane, I8, first, half)
     head = b.shuffle_vector(head, head, ir.Constant(vec(I32, half + 1), [*range(half), 0]))
     raw = b.zext(b.insert_element(head, last, I32(half)), vec(I32, half + 1))
     low = b.and_(raw, const(I32, 15, half + 1))
@@ -65,31 +65,109 @@ def int4_codes(ctx: EmitContext, t: T.DequantMatMulInt4, flat: ir.Value, width: 
     return b.select(odd, shifted, even)
 
 
-CODES = {T.DequantMatMul: int8_codes, T.DequantMatMulInt4: int4_codes}
+def int4_codes(ctx: EmitContext, t: T.DequantMatMulInt4, flat: ir.Value, width: int) -> ir.Value:
+    """Unsigned nibbles of `w_q` (even flat index low) as i32 lanes."""
+    return nibbles(ctx, t.w_q, flat, width)
+
+
+def e2m1(ctx: EmitContext, plane: int, flat: ir.Value, width: int) -> ir.Value:
+    """The E2M1 values of the nibbles at `flat…` of `plane`."""
+    codes = nibbles(ctx, plane, flat, width)
+    return lp.decode(ctx, E2M1, ctx.b.trunc(codes, vec_like(codes, I8)))
+
+
+# ── per kind: a block's scales (at element `at` = kb·n + column of the scale tables) and a row's weights ──
+
+def int_scales(ctx: EmitContext, t: "T.DequantMatMul | T.DequantMatMulInt4", at: ir.Value, width: int) -> Scales:
+    """f32 scale and zero point (0 when symmetric)."""
+    zp = ctx.load(t.zp, F32, at, width) if t.is_asymmetric else const(F32, 0.0, width)
+    return ctx.load(t.scale, F32, at, width), zp
+
+
+def int_weights(codes: Callable) -> Callable:
+    """`(f32(q) − z)·s` of the integer codes `codes(ctx, t, flat, width)` (two roundings)."""
+    def weights(ctx: EmitContext, t: Dequant, scales: Scales, flat: ir.Value, width: int) -> ir.Value:
+        b, (s, z) = ctx.b, scales
+        return b.fmul(b.fsub(b.sitofp(codes(ctx, t, flat, width), vec(F32, width)), z), s)
+    return weights
+
+
+def fp8_scales(ctx: EmitContext, t: T.DequantMatMulFp8, at: ir.Value, width: int) -> Scales:
+    """The per-column f32 scale (one block spans every row, so `at` is the column)."""
+    return (ctx.load(t.scale, F32, at, width),)
+
+
+def fp8_weights(ctx: EmitContext, t: T.DequantMatMulFp8, scales: Scales, flat: ir.Value, width: int) -> ir.Value:
+    """`fp8(q)·s` with the IEEE-like E4M3 or E5M2 decoder."""
+    return ctx.b.fmul(lp.decode(ctx, FP8[t.e5m2], ctx.load(t.w_q, I8, flat, width)), scales[0])
+
+
+def nvfp4_scales(ctx: EmitContext, t: T.DequantMatMulNvfp4, at: ir.Value, width: int) -> Scales:
+    """The E4M3 block scale (its NaN codes decoded as 0) and the f32 global scale."""
+    b = ctx.b
+    s = lp.decode(ctx, FORMATS["F8E4M3"], ctx.load(t.scale, I8, at, width))
+    s = b.select(is_nan(b, s), const(F32, 0.0, width), s)
+    return s, splat(b, ctx.load(t.global_scale, F32, 0), width)
+
+
+def nvfp4_weights(ctx: EmitContext, t: T.DequantMatMulNvfp4, scales: Scales, flat: ir.Value, width: int
+                  ) -> ir.Value:
+    """`(e2m1(q)·s)·g` — the first product is exact."""
+    b, (s, g) = ctx.b, scales
+    return b.fmul(b.fmul(e2m1(ctx, t.w_q, flat, width), s), g)
+
+
+def mxfp4x2_scales(ctx: EmitContext, t: T.DequantMatMulMxFp4x2, at: ir.Value, width: int) -> Scales:
+    """The two levels' f32 scales."""
+    return tuple(ctx.load(scale, F32, at, width) for _, scale in mxfp4x2_planes(t))
+
+
+def mxfp4x2_weights(ctx: EmitContext, t: T.DequantMatMulMxFp4x2, scales: Scales, flat: ir.Value, width: int
+                    ) -> ir.Value:
+    """`e2m1(q0)·s0 + e2m1(q1)·s1` (each product and the sum rounded: no contraction)."""
+    b = ctx.b
+    q0, q1 = (b.fmul(e2m1(ctx, codes, flat, width), s) for (codes, _), s in zip(mxfp4x2_planes(t), scales))
+    return b.fadd(q0, q1)
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How a kind stores W: rows of W per scale block, a block's scales, a row's weights from them."""
+
+    block_rows: Callable[[Dequant], int]
+    scales: Callable[[EmitContext, Dequant, ir.Value, int], Scales]
+    weights: Callable[[EmitContext, Dequant, Scales, ir.Value, int], ir.Value]
+
+
+SCHEMES: dict[type, Scheme] = {
+    T.DequantMatMul: Scheme(lambda t: t.block_size, int_scales, int_weights(int8_codes)),
+    T.DequantMatMulInt4: Scheme(lambda t: t.block_size, int_scales, int_weights(int4_codes)),
+    T.DequantMatMulFp8: Scheme(lambda t: max(t.k, 1), fp8_scales, fp8_weights),
+    T.DequantMatMulNvfp4: Scheme(lambda t: NVFP4_GROUP, nvfp4_scales, nvfp4_weights),
+    T.DequantMatMulMxFp4x2: Scheme(lambda t: t.group, mxfp4x2_scales, mxfp4x2_weights),
+}
 
 
 # ── a tile of dst ────────────────────────────────────────────────────────────
 
 def tile(ctx: EmitContext, t: Dequant, row: ir.Value, rows: int, j: ir.Value, cols: int, width: int) -> None:
     """`dst[row + r, j + c·width + l]` for r < rows, c < cols, l < width, accumulated over k in registers."""
-    b, n, codes = ctx.b, t.n, CODES[type(t)]
+    b, n, scheme = ctx.b, t.n, SCHEMES[type(t)]
+    block_rows = scheme.block_rows(t)
     zero = const(F32, 0.0, width)
     columns = [b.add(j, I64(c * width)) for c in range(cols)]
     x_rows = [b.mul(b.add(row, I64(r)), I64(t.k)) for r in range(rows)]
 
     def block(kb: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-        at = [b.add(b.mul(kb, I64(n)), col) for col in columns]
-        scales = [ctx.load(t.scale, F32, a, width) for a in at]
-        zps = [ctx.load(t.zp, F32, a, width) if t.is_asymmetric else zero for a in at]
-        start = b.mul(kb, I64(t.block_size))
-        stop = b.add(start, I64(t.block_size))
+        scales = [scheme.scales(ctx, t, b.add(b.mul(kb, I64(n)), col), width) for col in columns]
+        start = b.mul(kb, I64(block_rows))
+        stop = b.add(start, I64(block_rows))
         stop = b.select(b.icmp_signed("<", stop, I64(t.k)), stop, I64(t.k))
 
         def step(p: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
             accs = list(accs)
             flat = b.mul(p, I64(n))
-            weights = [b.fmul(b.fsub(b.sitofp(codes(ctx, t, b.add(flat, col), width), vec(F32, width)), z), s)
-                       for col, s, z in zip(columns, scales, zps)]
+            weights = [scheme.weights(ctx, t, s, b.add(flat, col), width) for col, s in zip(columns, scales)]
             for r, x_row in enumerate(x_rows):
                 x = splat(b, ctx.load(t.x, F32, b.add(x_row, p)), width)
                 for c, w in enumerate(weights):
@@ -98,20 +176,19 @@ def tile(ctx: EmitContext, t: Dequant, row: ir.Value, rows: int, j: ir.Value, co
 
         return carried_loop(ctx, start, stop, 1, accs, step, name="p")
 
-    accs = carried_loop(ctx, 0, -(-t.k // t.block_size), 1, [zero] * (rows * cols), block, name="kb")
+    accs = carried_loop(ctx, 0, -(-t.k // block_rows), 1, [zero] * (rows * cols), block, name="kb")
     for r in range(rows):
         for c, col in enumerate(columns):
             ctx.store(t.dst, accs[r * cols + c], b.add(b.mul(b.add(row, I64(r)), I64(n)), col))
 
 
 def column_panel(ctx: EmitContext, t: Dequant, j: ir.Value, cols: int, width: int) -> None:
-    """Every row of x against columns `j…j + cols·width`: `MR`-row tiles, then single rows."""
+    """Every row of x against columns `j…j + cols·width`: `MR`-row tiles, then single rows (one loop each)."""
     full = t.m - t.m % MR
-    if full:
-        with ctx.for_range(0, full, MR, name="rows") as row:
-            tile(ctx, t, row, MR, j, cols, width)
-    for r in range(full, t.m):
-        tile(ctx, t, I64(r), 1, j, cols, width)
+    for start, stop, rows in ((0, full, MR), (full, t.m, 1)):
+        if stop > start:
+            with ctx.for_range(start, stop, rows, name=f"rows{rows}") as row:
+                tile(ctx, t, row, rows, j, cols, width)
 
 
 def emit_dequant_matmul(ctx: EmitContext, t: Dequant) -> None:
@@ -133,13 +210,33 @@ def emit_dequant_matmul(ctx: EmitContext, t: Dequant) -> None:
     ctx.parallel_for(t.n, columns, grain=NC * lanes, min_work=max(NC * lanes, (1 << 16) // work))
 
 
-@lowering(T.DequantMatMul, check=check_block)
-def dequant_matmul(ctx: EmitContext, t: T.DequantMatMul) -> None:
-    """Int8Block dequant fused into the matmul."""
+# ── validation and registration ──────────────────────────────────────────────
+
+def at_least_one(field: str, what: str) -> Callable[[Dequant], None]:
+    """A check that `field` is at least 1 (`what` says why)."""
+    def check(t: Dequant) -> None:
+        if getattr(t, field) == 0:
+            raise ValidationError(f"{field} must be at least 1 ({what})", field=field)
+    return check
+
+
+check_block = at_least_one("block_size", "scale and zp hold one row per block of block_size rows of W")
+check_group = at_least_one("group", "each scale plane holds one row per group of `group` rows of W")
+
+
+@lowering(T.DequantMatMul, T.DequantMatMulInt4, check=check_block)
+def dequant_matmul_int(ctx: EmitContext, t: "T.DequantMatMul | T.DequantMatMulInt4") -> None:
+    """Int8Block (i8 codes) or Int4 (unsigned nibbles) dequant fused into the matmul."""
     emit_dequant_matmul(ctx, t)
 
 
-@lowering(T.DequantMatMulInt4, check=check_block)
-def dequant_matmul_int4(ctx: EmitContext, t: T.DequantMatMulInt4) -> None:
-    """Int4 (unsigned nibbles) dequant fused into the matmul."""
+@lowering(T.DequantMatMulFp8, T.DequantMatMulNvfp4)
+def dequant_matmul_float(ctx: EmitContext, t: "T.DequantMatMulFp8 | T.DequantMatMulNvfp4") -> None:
+    """FP8 (IEEE-like E4M3 / E5M2, per-column scale) or NVFP4 (E2M1, E4M3 per 16 rows, global) fused into the matmul."""
+    emit_dequant_matmul(ctx, t)
+
+
+@lowering(T.DequantMatMulMxFp4x2, check=check_group)
+def dequant_matmul_mxfp4x2(ctx: EmitContext, t: T.DequantMatMulMxFp4x2) -> None:
+    """Two-level residual E2M1 dequant fused into the matmul."""
     emit_dequant_matmul(ctx, t)
