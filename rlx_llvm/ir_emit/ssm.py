@@ -165,3 +165,135 @@ def mamba2(ctx: EmitContext, t: T.Mamba2) -> None:
 
     if t.seq:
         split_rows(ctx, t.batch * h * p, t.seq * n, row)
+
+
+# ── gated DeltaNet ───────────────────────────────────────────────────────────
+
+class Token(NamedTuple):
+    """One token of one (batch, head): where its q/k/v/dy rows start (`row`), its beta / scalar-gate index
+    (`bsh`), its row decays `alpha(i)` = e^{g} (scalars) and its beta."""
+
+    row: ir.Value
+    bsh: ir.Value
+    alpha: Callable[[Index], ir.Value]
+    beta: ir.Value
+
+
+class DeltaNetHead:
+    """One (batch, head) of a gated DeltaNet thunk in one thread's code.
+
+    Its states (`n × n`, row i = key index) lie in one scratch block, each named by its first element:
+    `load(s, i, j, w)` is `S[i, j:j+w]` of the state starting at element `s`."""
+
+    def __init__(self, sub: EmitContext, t: T._DeltaNet, bh: ir.Value, states: int) -> None:
+        b, n = sub.b, t.state_size
+        self.sub, self.t, self.n = sub, t, n
+        self.batch, self.head = b.udiv(bh, I64(t.heads)), b.urem(bh, I64(t.heads))
+        self.bh = bh
+        self.states = sub.scratch_alloc(4 * n * n * states)
+        self.alphas = sub.scratch_alloc(4 * n) if t.gate_per_channel else None
+        self.inv_sqrt_n = const(F32, 1.0 / math.sqrt(n))
+
+    # state buffers
+    def at(self, s: Index, i: Index, j: Index) -> Index:
+        """Element `(i, j)` of the state starting at element `s`."""
+        b = self.sub.b
+        return iadd(b, s, iadd(b, imul(b, i, self.n), j))
+
+    def load(self, s: Index, i: Index, j: Index, w: int) -> ir.Value:
+        """`S[i, j:j+w]`."""
+        return self.sub.load(self.states, F32, self.at(s, i, j), w, base=self.sub.scratch)
+
+    def store(self, s: Index, i: Index, j: Index, value: ir.Value) -> None:
+        """`S[i, j:j+w] = value`."""
+        self.sub.store(self.states, value, self.at(s, i, j), base=self.sub.scratch)
+
+    def pointer(self, s: Index) -> ir.Value:
+        """Address of the state starting at element `s`."""
+        return self.sub.addr(self.states, s, 4, base=self.sub.scratch)
+
+    def copy(self, dst: ir.Value, src: ir.Value) -> None:
+        """Copy one `n × n` state between two addresses."""
+        copy_bytes(self.sub, dst, src, 4 * self.n * self.n)
+
+    def initial_state(self, s: Index) -> None:
+        """State `s` = `state[b, h]` with `carry_state`, else zeros."""
+        if self.t.carry_state:
+            self.copy(self.pointer(s), self.sub.addr(self.t.state, self.bh, 4 * self.n * self.n))
+        else:
+            zero_bytes(self.sub, self.pointer(s), 4 * self.n * self.n)
+
+    # tokens
+    def token(self, tt: ir.Value) -> Token:
+        """Token `tt`: its indices, beta and row decays (per channel: e^{g} of the row into scratch first)."""
+        sub, t, b = self.sub, self.t, self.sub.b
+        bsh = b.add(b.mul(b.add(b.mul(self.batch, I64(t.seq)), tt), I64(t.heads)), self.head)
+        row = b.mul(bsh, I64(self.n))
+        if t.gate_per_channel:
+            def decay(i: Index, w: int) -> None:
+                sub.store(self.alphas, exp(b, sub.load(t.g, F32, iadd(b, row, i), w)), i, base=sub.scratch)
+            for_strips(sub, self.n, decay)
+            alpha = lambda i: sub.load(self.alphas, F32, i, base=sub.scratch)
+        else:
+            gate = exp(b, sub.load(t.g, F32, bsh))
+            alpha = lambda i: gate
+        return Token(row, bsh, alpha, sub.load(t.beta, F32, bsh))
+
+    def row_value(self, name: str, tok: Token, i: Index, w: int) -> ir.Value:
+        """`name[row + i]` (q, k) splat to `w` lanes."""
+        b = self.sub.b
+        return splat(b, self.sub.load(getattr(self.t, name), F32, iadd(b, tok.row, i)), w)
+
+    def decayed(self, tok: Token, s: Index, i: Index, j: Index, w: int) -> ir.Value:
+        """`S'[i, j:j+w] = α_i·S[i, j:j+w]`."""
+        return self.sub.b.fmul(splat(self.sub.b, tok.alpha(i), w), self.load(s, i, j, w), flags=FASTMATH)
+
+    def rows(self, init: list[ir.Value], body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]
+             ) -> list[ir.Value]:
+        """`for i in range(n): values = body(i, values)`."""
+        return carried_loop(self.sub, 0, self.n, 1, init, body, name="i")
+
+    def delta(self, tok: Token, s: Index, j: Index, w: int) -> tuple[ir.Value, ir.Value]:
+        """(`v − Σ_i k_i·S'[i]`, d = that·β) of columns `j:j+w`, from the state before the token."""
+        b = self.sub.b
+        (sk,) = self.rows([const(F32, 0.0, w)], lambda i, acc: [
+            fmadd(b, self.row_value("k", tok, i, w), self.decayed(tok, s, i, j, w), acc[0])])
+        resid = b.fsub(self.sub.load(self.t.v, F32, iadd(b, tok.row, j), w), sk, flags=FASTMATH)
+        return resid, b.fmul(resid, splat(b, tok.beta, w), flags=FASTMATH)
+
+    def forward(self, tok: Token, src: Index, dst: Index, out: bool) -> None:
+        """One token: state `dst` = the update of state `src` (they may be one), and `o` to the output if `out`."""
+        sub, b = self.sub, self.sub.b
+
+        def strip(j: Index, w: int) -> None:
+            _, d = self.delta(tok, src, j, w)
+
+            def update(i: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                s = fmadd(b, self.row_value("k", tok, i, w), d, self.decayed(tok, src, i, j, w))
+                self.store(dst, i, j, s)
+                return [fmadd(b, self.row_value("q", tok, i, w), s, acc[0])] if out else []
+
+            o = self.rows([const(F32, 0.0, w)] if out else [], update)
+            if out:
+                sub.store(self.t.dst, b.fmul(o[0], splat(b, self.inv_sqrt_n, w), flags=FASTMATH),
+                          iadd(b, tok.row, j))
+
+        for_strips(sub, self.n, strip)
+
+
+@lowering(T.GatedDeltaNet, check=check_state_size)
+def gated_delta_net(ctx: EmitContext, t: T.GatedDeltaNet) -> None:
+    """Per (batch, head): the state into scratch, every token in order, the final state back with `carry_state`."""
+    n = t.state_size
+    if not (t.seq and n):
+        return
+
+    def head(sub: EmitContext, bh: ir.Value) -> None:
+        it = DeltaNetHead(sub, t, bh, states=1)
+        it.initial_state(0)
+        with sub.for_range(0, t.seq, name="t") as tt:
+            it.forward(it.token(tt), 0, 0, out=True)
+        if t.carry_state:
+            it.copy(sub.addr(t.state, bh, 4 * n * n), it.pointer(0))
+
+    split_rows(ctx, t.batch * t.heads, t.seq * n * n, head)

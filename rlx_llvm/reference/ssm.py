@@ -141,18 +141,12 @@ def deltanet_backward(x: DeltaNetInputs, dy: np.ndarray) -> DeltaNetInputs:
     return grads._replace(state=dS)
 
 
-def backward_parts(t: T.GatedDeltaNetBackward) -> list[tuple[str, int]]:
-    """The packed dst, in order: (input name, element count) of dq, dk, dv, dg, dbeta, dstate."""
-    return [("q", t.qkv_elems), ("k", t.qkv_elems), ("v", t.qkv_elems), ("g", t.gate_elems),
-            ("beta", t.beta_elems), ("state", t.state_elems)]
-
-
 @reference(T.GatedDeltaNetBackward)
 def gated_delta_net_backward(arena: np.ndarray, t: T.GatedDeltaNetBackward) -> None:
     """`dst = [dq ‖ dk ‖ dv ‖ dg ‖ dbeta ‖ dstate]`, each in its input's layout (dstate only with `carry_state`)."""
     x = deltanet_inputs(arena, t)
     grads = deltanet_backward(x, _f64(arena, t.dy, *x.q.shape))
     at = t.dst
-    for name, count in backward_parts(t):
+    for name, count in t.parts():
         write_f32(arena, at, getattr(grads, name).reshape(-1)[:count])
         at += 4 * count

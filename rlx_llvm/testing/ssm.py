@@ -1,11 +1,19 @@
-"""Examples of the state-space scans: SelectiveScan, Mamba2 (state sizes that leave a vector tail, odd widths)."""
+"""Examples of the state-space scans: SelectiveScan, Mamba2, GatedDeltaNet (state sizes that leave a vector tail)."""
 from __future__ import annotations
 
 from .. import thunks as T
-from .layout import Example, example, uniform
+from .layout import Example, example, normal, uniform
 
 STEP = uniform(0.01, 0.5)       # Δ / dt: positive (a softplus output)
 DECAY = uniform(-2.0, -0.2)     # A / a: negative, so the state decays
+LOG_GATE = uniform(-1.0, 0.0)   # g of DeltaNet: e^g in (0.37, 1]
+KEYS = normal(scale=0.3)        # q, k near unit length for n ≈ 10 (the caller L2-normalizes them)
+
+
+def deltanet(n: int, per_channel: bool, carry: bool) -> T.GatedDeltaNet:
+    """A GatedDeltaNet of 2 batches, 5 tokens, 3 heads, state n × n."""
+    return T.GatedDeltaNet(q=0, k=0, v=0, g=0, beta=0, state=0, dst=0, batch=2, seq=5, heads=3, state_size=n,
+                           gate_per_channel=per_channel, carry_state=carry)
 
 
 def ssm() -> list[Example]:
@@ -17,4 +25,8 @@ def ssm() -> list[Example]:
         example("Mamba2/b2_s6_h3_p5_n9",
                 T.Mamba2(x=0, dt=0, a=0, b=0, c=0, dst=0, batch=2, seq=6, heads=3, head_dim=5, state_size=9),
                 rtol=1e-5, dt=STEP, a=DECAY),
+        example("GatedDeltaNet/scalar_gate_n11", deltanet(11, False, False), rtol=1e-5, q=KEYS, k=KEYS,
+                g=LOG_GATE, beta=uniform(0.0, 1.0)),
+        example("GatedDeltaNet/per_channel_gate_carry_n9", deltanet(9, True, True), rtol=1e-5, q=KEYS, k=KEYS,
+                g=LOG_GATE, beta=uniform(0.0, 1.0)),
     ]

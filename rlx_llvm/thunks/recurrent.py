@@ -144,9 +144,13 @@ class GatedDeltaNetBackward(_DeltaNet):
         yield from super()._reads()
         yield self.span("dy", F32 * self.qkv_elems)
 
+    def parts(self) -> list[tuple[str, int]]:
+        """The packed dst in order: (input whose gradient it holds, f32 elements), dstate empty without carry."""
+        return [("q", self.qkv_elems), ("k", self.qkv_elems), ("v", self.qkv_elems), ("g", self.gate_elems),
+                ("beta", self.beta_elems), ("state", self.state_elems)]
+
     def _writes(self) -> Iterable[Extent]:
-        packed = 3 * self.qkv_elems + self.gate_elems + self.beta_elems + self.state_elems
-        yield self.span("dst", F32 * packed)
+        yield self.span("dst", F32 * sum(count for _, count in self.parts()))
 
 
 class _Recurrent(Thunk):

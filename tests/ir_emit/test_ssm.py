@@ -74,6 +74,44 @@ def add_mamba2(s: Suite, batch: int, seq: int, heads: int, p: int, n: int) -> st
     return name
 
 
+def unit_rows(s: Suite, *shape: int) -> np.ndarray:
+    """Normal rows scaled to unit length along the last axis (the caller L2-normalizes q and k)."""
+    x = s.normal(*shape).astype(np.float64)
+    return (x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-3)).astype(np.float32)
+
+
+def within_max(got: np.ndarray, want: np.ndarray) -> None:
+    """Within RTOL·(|want| + max|want|) (the DeltaNet update subtracts: no per-element magnitude bound)."""
+    scale = np.max(np.abs(want.astype(np.float64)), initial=0.0)
+    assert_close(got, want, RTOL, RTOL * scale)
+
+
+def deltanet_fields(s: Suite, batch: int, seq: int, heads: int, n: int, per_channel: bool, carry: bool) -> dict:
+    """Input slots and shape fields of a DeltaNet thunk: unit q, k, normal v, g ∈ [−1, 0), β ∈ [0, 1)."""
+    gate_shape = (batch, seq, heads, n) if per_channel else (batch, seq, heads)
+    return dict(q=s.put(unit_rows(s, batch, seq, heads, n)), k=s.put(unit_rows(s, batch, seq, heads, n)),
+                v=s.put(s.normal(batch, seq, heads, n)),
+                g=s.put(s.rng.uniform(-1.0, 0.0, gate_shape).astype(np.float32)),
+                beta=s.put(s.rng.uniform(0.0, 1.0, (batch, seq, heads)).astype(np.float32)),
+                state=s.put(s.normal(batch, heads, n, n)) if carry else 0, batch=batch, seq=seq, heads=heads,
+                state_size=n, gate_per_channel=per_channel, carry_state=carry)
+
+
+def deltanet_name(kind: str, t) -> str:
+    gate = "channel" if t.gate_per_channel else "scalar"
+    return f"{kind}-b{t.batch}-s{t.seq}-h{t.heads}-n{t.state_size}-{gate}{'-carry' if t.carry_state else ''}"
+
+
+def add_deltanet(s: Suite, batch: int, seq: int, heads: int, n: int, per_channel: bool, carry: bool) -> str:
+    """A GatedDeltaNet case; its outputs are dst and (with carry) the state written back."""
+    fields = deltanet_fields(s, batch, seq, heads, n, per_channel, carry)
+    dst, _ = s.out(np.float32, batch * seq * heads * n)
+    t = T.GatedDeltaNet(dst=dst, **fields)
+    name = deltanet_name("GatedDeltaNet", t)
+    s.add(name, t, dtype=np.float32, compare=within_max)
+    return name
+
+
 def build() -> Suite:
     s = Suite(21, rtol=RTOL)
     for seq in (0, 1, 13):
@@ -86,6 +124,12 @@ def build() -> Suite:
     add_mamba2(s, 1, 7, 2, 3, 1)
     add_mamba2(s, 1, 5, 2, 4, 128)
     add_mamba2(s, 2, 30, 4, 16, 17)               # rows split across threads
+    for per_channel in (False, True):
+        for carry in (False, True):
+            for seq, n in ((0, W), (1, W - 1), (6, W), (9, W + 1)):
+                add_deltanet(s, 2, seq, 3, n, per_channel, carry)
+        add_deltanet(s, 1, 3, 1, 128, per_channel, True)
+        add_deltanet(s, 2, 12, 4, 17, per_channel, True)   # (batch, head) pairs split across threads
     return s
 
 
@@ -118,6 +162,45 @@ def test_mamba2_matches_quadratic_form(outcome, case: str) -> None:
                               ("b", (b, s, h, n)), ("c", (b, s, h, n)))
     want = mamba2_quadratic(x, dt, a, bb, cc)
     assert_close(outcome.output(case), want.reshape(-1), RTOL, outcome.case(case).atol, case)
+
+
+def deltanet_by_the_spec(q, k, v, g, beta, state) -> tuple[np.ndarray, np.ndarray]:
+    """semantics.md §3.9 element by element in float64: (outputs `[b,s,h,n]`, final state `[b,h,n,n]`)."""
+    b, seq, h, n = q.shape
+    out, S = np.zeros(q.shape), state.copy()
+    for bi, hi in np.ndindex(b, h):
+        M = S[bi, hi]
+        for t in range(seq):
+            for i in range(n):
+                M[i, :] *= np.exp(g[bi, t, hi, i] if g.ndim == 4 else g[bi, t, hi])
+            for j in range(n):
+                sk = sum(M[i, j] * k[bi, t, hi, i] for i in range(n))
+                d = (v[bi, t, hi, j] - sk) * beta[bi, t, hi]
+                for i in range(n):
+                    M[i, j] += k[bi, t, hi, i] * d
+            for j in range(n):
+                out[bi, t, hi, j] = sum(M[i, j] * q[bi, t, hi, i] for i in range(n)) / np.sqrt(n)
+    return out, S
+
+
+def deltanet_inputs(outcome, t) -> list[np.ndarray]:
+    """q, k, v, g, beta and the initial state (zeros without carry) of a case, float64."""
+    b, s, h, n = t.batch, t.seq, t.heads, t.state_size
+    gate = (b, s, h, n) if t.gate_per_channel else (b, s, h)
+    state = (f32_at(outcome.before, t.state, b, h, n, n).astype(np.float64) if t.carry_state
+             else np.zeros((b, h, n, n)))
+    return [*inputs(outcome, t, ("q", (b, s, h, n)), ("k", (b, s, h, n)), ("v", (b, s, h, n)), ("g", gate),
+                    ("beta", (b, s, h))), state]
+
+
+@pytest.mark.parametrize("case", [c.name for c in SUITE.cases if c.name.startswith("GatedDeltaNet-")
+                                  and c.thunk.state_size <= W + 1 and 0 < c.thunk.seq <= 9])
+def test_deltanet_matches_the_spec_element_by_element(outcome, case: str) -> None:
+    t = outcome.case(case).thunk
+    out, final = deltanet_by_the_spec(*deltanet_inputs(outcome, t))
+    within_max(outcome.output(case), out.reshape(-1))
+    if t.carry_state:
+        within_max(f32_at(outcome.got, t.state, final.size), final.reshape(-1))
 
 
 # ── bad input ────────────────────────────────────────────────────────────────
