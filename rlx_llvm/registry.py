@@ -26,6 +26,7 @@ FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
     "dequant",
     "ssm",
     "control",
+    "mlx",
     "recurrent",
 )) + ("rlx_llvm.kernels.fallbacks",)
 

@@ -23,6 +23,7 @@ from . import quantize
 from . import dequant
 from . import ssm
 from . import control
+from . import mlx
 from . import recurrent
 from .compare import assert_close, assert_outputs_match
 from .layout import (Buffer, Example, Values, bf16, example, ints, normal, pack, shift, side_by_side, spd, uniform,
@@ -44,6 +45,7 @@ FAMILIES: dict[str, Callable[[], list[Example]]] = {
     "dequant": dequant.dequant,
     "ssm": ssm.ssm,
     "control": control.control,
+    "mlx": mlx.mlx,
     "recurrent": recurrent.recurrent,
 }
 
