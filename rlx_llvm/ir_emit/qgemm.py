@@ -7,14 +7,17 @@ as RLX defines it (the product in f32, Rust's `f32::round`). ONNX's `QLinearMatM
 round half to even in float64 instead: the two differ only where the product is (nearly) a half
 (tests/oracles/test_onnx_qgemm.py checks the integer part against ONNX's MatMulInteger/ConvInteger).
 
-* Both operands are packed once into scratch as centred int16 with k in pairs (`x − zp` fits
-  int16): `a16 [rows, 2·⌈k/2⌉]`, `b16 [⌈k/2⌉, n_pad, 2]`, so `pmaddwd` (two exact multiply-adds
-  per int32 lane) does the inner product; the intrinsic is chosen by the host's features, with a
-  portable form elsewhere.
-* The register tile is `MR` rows × `2W` int32 columns (two vector registers a row): per k pair,
-  two loads of `b16` and, per row, one broadcast pair of `a16` and two `pmaddwd`; the accumulators
-  stay in registers over the whole k loop, then are requantized and stored as int8 (the last
-  partial tile of a row through a stack buffer). Row tails run one row at a time.
+* Both operands are packed once into scratch as 32-bit words of `group` k elements (`DotScheme`,
+  chosen by the host's features): int16 pairs `x − zp` multiplied by `pmaddwd`, or, where the host
+  has AVX-512 VNNI / AVX-VNNI, u8/s8 quads (`a + 128`, raw `b`) multiplied by `vpdpbusd`, the zero
+  points and the +128 restored exactly by int32 row and column terms computed while packing. A
+  portable form of each gives the same numbers on other hosts.
+* The register tile is `tile_rows` rows × `2W` int32 columns (two vector registers a row): per k
+  word, two loads of `b` and, per row, one broadcast word of `a` and two dot instructions; the
+  accumulators stay in registers over the whole k loop, then get the int32 terms, are
+  requantized and stored as int8 (the last partial tile of a row through a stack buffer). The
+  columns go a `2W` strip at a time (its packed `b` stays in L1 across the rows); row tails run
+  one row at a time.
 * **QMatMul**: `a = x`, `b = w`, bias per column; rows split across threads.
 * **QConv2d**: per (image, group) an int8 im2col `col [K, P]` (padded taps hold `x_zp`, so they
   contribute exactly 0), packed, then the kernel with `a = w_g [c_out/g, K]` and bias per row
@@ -41,7 +44,6 @@ from .conv import FLAT, Axis, _check_conv_geometry, split_index
 from .toolkit import (F32, I16, I32, I64, I8, Index, as_value, call_intrinsic, carried_loop, const, copy_bytes,
                       entry_alloca, iadd, imul, scratch_ptr, sizeof, splat, splat_like, vec, vec_like, zero_bytes)
 
-MR = 4          # rows of the register tile
 I8_RANGE = (-128, 127)
 PAR_MACS = 1 << 16  # multiply-adds a thread should get before rows are split across threads
 UNROLL_ITEMS = 4    # QConv2d (image, group) pairs run one by one (each GEMM threaded) up to this many
@@ -340,26 +342,32 @@ def tile(ctx: EmitContext, q: QGemm, row: ir.Value, rows: int, col: Index, keep:
             copy_bytes(ctx, ctx.addr(0, at, base=q.out), staging, keep)
 
 
-def row_block(ctx: EmitContext, q: QGemm, row: ir.Value, rows: int) -> None:
-    """Every column of rows `[row, row + rows)`: whole `2W` tiles, then one partial tile."""
-    wide = 2 * ctx.lanes
-    main = q.n - q.n % wide
-    if main:
-        with ctx.for_range(0, main, wide, name="col") as col:
-            tile(ctx, q, row, rows, col, wide)
-    if main < q.n:
-        tile(ctx, q, row, rows, main, q.n - main)
+def tile_rows(lanes: int) -> int:
+    """Rows of the register tile: half the vector registers (32 with AVX-512's 16 lanes, else 16)
+    hold its accumulators, two per row."""
+    return (32 if lanes >= 16 else 16) // 2 // 2
 
 
 def qgemm_rows(ctx: EmitContext, q: QGemm, start: Index, stop: Index) -> None:
-    """Rows `[start, stop)` of the int8 GEMM: `MR`-row tiles, then the last rows one at a time."""
-    b = ctx.b
+    """Rows `[start, stop)` of the int8 GEMM, a `2W`-column strip at a time (whole strips, then one
+    partial): its packed `b` words are reused from L1 by every `tile_rows`-row tile, then by the
+    last rows one at a time."""
+    b, wide, mr = ctx.b, 2 * ctx.lanes, tile_rows(ctx.lanes)
     start, stop = as_value(start), as_value(stop)
-    full = b.add(start, b.mul(b.sdiv(b.sub(stop, start), I64(MR)), I64(MR)))
-    with ctx.for_range(start, full, MR, name="rows") as row:
-        row_block(ctx, q, row, MR)
-    with ctx.for_range(full, stop, name="row") as row:
-        row_block(ctx, q, row, 1)
+    full = b.add(start, b.mul(b.sdiv(b.sub(stop, start), I64(mr)), I64(mr)))
+
+    def strip(col: Index, keep: int) -> None:
+        with ctx.for_range(start, full, mr, name="rows") as row:
+            tile(ctx, q, row, mr, col, keep)
+        with ctx.for_range(full, stop, name="row") as row:
+            tile(ctx, q, row, 1, col, keep)
+
+    main = q.n - q.n % wide
+    if main:
+        with ctx.for_range(0, main, wide, name="col") as col:
+            strip(col, wide)
+    if main < q.n:
+        strip(main, q.n - main)
 
 
 def packed_bytes(rows: int, kw: int) -> int:
@@ -410,7 +418,7 @@ def qmatmul(ctx: EmitContext, t: T.QMatMul) -> None:
                   col_add=shared(sub, cols), row_add=shared(sub, rows_add))
         qgemm_rows(sub, q, start, stop)
 
-    ctx.parallel_for(t.m, rows, grain=MR, min_work=max(1, PAR_MACS // max(1, t.n * t.k)))
+    ctx.parallel_for(t.m, rows, grain=tile_rows(ctx.lanes), min_work=max(1, PAR_MACS // max(1, t.n * t.k)))
 
 
 # ── QConv2d ──────────────────────────────────────────────────────────────────
@@ -511,7 +519,7 @@ def qconv2d(ctx: EmitContext, t: T.QConv2d) -> None:
                 q = conv_gemm(sub, t, scheme, weights, rows_add(sub), pointers(sub, offsets), out, g)
                 qgemm_rows(sub, q, start, stop)
 
-            ctx.parallel_for(cout_g, rows, grain=MR, min_work=max(1, PAR_MACS // max(1, k * p)))
+            ctx.parallel_for(cout_g, rows, grain=tile_rows(ctx.lanes), min_work=max(1, PAR_MACS // max(1, k * p)))
         return
 
     def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:

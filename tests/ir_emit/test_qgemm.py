@@ -147,7 +147,7 @@ def test_vnni_host_compiles_to_vpdpbusd(monkeypatch, cpu: str) -> None:
         mb.thunk_function(i, t)
     asm = compile_for(str(mb.module), cpu)
     dot = {16: "vpdpbusd\t%zmm", 8: "{vex}\tvpdpbusd\t%ymm"}[lanes]
-    assert asm.count(dot) >= 2 * qgemm.MR, asm.count(dot)        # a whole register tile of them
+    assert asm.count(dot) >= 2 * qgemm.tile_rows(lanes), asm.count(dot)    # a whole register tile of them
     assert "vpmaddwd" not in asm
 
 
