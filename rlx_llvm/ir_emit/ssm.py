@@ -297,3 +297,118 @@ def gated_delta_net(ctx: EmitContext, t: T.GatedDeltaNet) -> None:
             it.copy(sub.addr(t.state, bh, 4 * n * n), it.pointer(0))
 
     split_rows(ctx, t.batch * t.heads, t.seq * n * n, head)
+
+
+# ── gated DeltaNet backward ──────────────────────────────────────────────────
+
+def checkpointing(seq: int) -> tuple[int, int]:
+    """(tokens per chunk ≈ √seq, chunks): the states kept are one per chunk plus one chunk's worth."""
+    chunk = max(1, math.isqrt(max(seq - 1, 0)) + 1)
+    return chunk, -(-seq // chunk)
+
+
+class Gradients:
+    """Where each gradient of the packed dst starts (`GatedDeltaNetBackward.parts()`), and `add` into it."""
+
+    def __init__(self, sub: EmitContext, t: T.GatedDeltaNetBackward) -> None:
+        self.sub, self.at, offset = sub, {}, t.dst
+        for name, count in t.parts():
+            self.at[name] = offset
+            offset += 4 * count
+
+    def add(self, name: str, index: Index, value: ir.Value) -> None:
+        """`d<name>[index] += value` (scalar)."""
+        sub = self.sub
+        sub.store(self.at[name], sub.b.fadd(sub.load(self.at[name], F32, index), value, flags=FASTMATH), index)
+
+    def zero(self, name: str, index: Index, count: int) -> None:
+        """`d<name>[index : index + count] = 0`."""
+        zero_bytes(self.sub, self.sub.addr(self.at[name], index, 4), 4 * count)
+
+
+def backward_token(it: DeltaNetHead, grads: Gradients, tok: Token, prev: Index, ds: Index) -> None:
+    """Undo one token: the gradients of its inputs from `dS` (∂L/∂S after it) and the state `prev` before it;
+    `dS` becomes ∂L/∂S before it.  Per column strip: S' = α⊙S, d = (v − S'ᵀk)·β, S_t = S' + k dᵀ, then
+    G = dS + q doᵀ (∂L/∂S_t), dd = Gᵀk, dS' = G − k (dd·β)ᵀ, and dS ← α⊙dS'."""
+    sub, t, b, n = it.sub, it.t, it.sub.b, it.n
+    hsum = lambda v: SUM.horizontal(sub, v)
+    grads.zero("q", tok.row, n)
+    grads.zero("k", tok.row, n)
+    grads.zero("g", tok.row if t.gate_per_channel else tok.bsh, n if t.gate_per_channel else 1)
+    grads.zero("beta", tok.bsh, 1)
+
+    def strip(j: Index, w: int) -> None:
+        resid, d = it.delta(tok, prev, j, w)
+        do = b.fmul(sub.load(t.dy, F32, iadd(b, tok.row, j), w), splat(b, it.inv_sqrt_n, w), flags=FASTMATH)
+        k = lambda i: it.row_value("k", tok, i, w)
+        upstream = lambda i: fmadd(b, it.row_value("q", tok, i, w), do, it.load(ds, i, j, w))   # G[i]
+
+        def through_output(i: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            after = fmadd(b, k(i), d, it.decayed(tok, prev, i, j, w))                        # S_t[i]
+            grads.add("q", iadd(b, tok.row, i), hsum(b.fmul(after, do, flags=FASTMATH)))
+            return [fmadd(b, k(i), upstream(i), acc[0])]
+
+        (dd,) = it.rows([const(F32, 0.0, w)], through_output)
+        beta = splat(b, tok.beta, w)
+        sub.store(grads.at["v"], b.fmul(dd, beta, flags=FASTMATH), iadd(b, tok.row, j))
+        grads.add("beta", tok.bsh, hsum(b.fmul(dd, resid, flags=FASTMATH)))
+        dsk = b.fneg(b.fmul(dd, beta, flags=FASTMATH))
+
+        def through_decay(i: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            decayed, g = it.decayed(tok, prev, i, j, w), upstream(i)
+            grads.add("k", iadd(b, tok.row, i), hsum(fmadd(b, g, d, b.fmul(decayed, dsk, flags=FASTMATH))))
+            dsp = fmadd(b, k(i), dsk, g)                                                      # dS'[i]
+            gate = hsum(b.fmul(dsp, decayed, flags=FASTMATH))
+            it.store(ds, i, j, b.fmul(splat(b, tok.alpha(i), w), dsp, flags=FASTMATH))
+            if t.gate_per_channel:
+                grads.add("g", iadd(b, tok.row, i), gate)
+                return []
+            return [b.fadd(acc[0], gate, flags=FASTMATH)]
+
+        gate = it.rows([] if t.gate_per_channel else [const(F32, 0.0)], through_decay)
+        if not t.gate_per_channel:
+            grads.add("g", tok.bsh, gate[0])
+
+    for_strips(sub, n, strip)
+
+
+@lowering(T.GatedDeltaNetBackward, check=check_state_size)
+def gated_delta_net_backward(ctx: EmitContext, t: T.GatedDeltaNetBackward) -> None:
+    """Per (batch, head): a forward pass keeping the state every `chunk` tokens, then chunks in reverse —
+    each chunk's states recomputed from its checkpoint, its tokens undone last to first; dstate = the final dS."""
+    n = t.state_size
+    if not n:
+        return
+    chunk, chunks = checkpointing(t.seq)
+    size = n * n
+    first_buf, ds = chunks * size, (chunks + chunk) * size     # states: checkpoints ‖ one chunk ‖ dS
+
+    def head(sub: EmitContext, bh: ir.Value) -> None:
+        b = sub.b
+        it = DeltaNetHead(sub, t, bh, states=chunks + chunk + 1)
+        grads = Gradients(sub, t)
+        it.initial_state(first_buf)
+        with sub.for_range(0, chunks, name="ckpt") as c:
+            it.copy(it.pointer(b.mul(c, I64(size))), it.pointer(first_buf))
+            start = b.mul(c, I64(chunk))
+            stop = b.select(b.icmp_signed("<", b.add(start, I64(chunk)), I64(t.seq)), b.add(start, I64(chunk)),
+                            I64(t.seq))
+            with sub.for_range(start, stop, name="t") as tt:
+                it.forward(it.token(tt), first_buf, first_buf, out=False)
+        zero_bytes(sub, it.pointer(ds), 4 * size)
+        with sub.for_range(0, chunks, name="back") as r:
+            c = b.sub(I64(chunks - 1), r)
+            start = b.mul(c, I64(chunk))
+            length = b.sub(b.select(b.icmp_signed("<", b.add(start, I64(chunk)), I64(t.seq)),
+                                    b.add(start, I64(chunk)), I64(t.seq)), start)
+            buf = lambda k: b.add(I64(first_buf), b.mul(k, I64(size)))
+            it.copy(it.pointer(first_buf), it.pointer(b.mul(c, I64(size))))
+            with sub.for_range(0, b.sub(length, I64(1)), name="redo") as k:
+                it.forward(it.token(b.add(start, k)), buf(k), buf(b.add(k, I64(1))), out=False)
+            with sub.for_range(0, length, name="undo") as m:
+                k = b.sub(b.sub(length, I64(1)), m)
+                backward_token(it, grads, it.token(b.add(start, k)), buf(k), ds)
+        if t.carry_state:
+            it.copy(sub.addr(grads.at["state"], bh, 4 * size), it.pointer(ds))
+
+    split_rows(ctx, t.batch * t.heads, 3 * max(t.seq, 1) * size, head)

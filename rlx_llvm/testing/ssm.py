@@ -10,10 +10,11 @@ LOG_GATE = uniform(-1.0, 0.0)   # g of DeltaNet: e^g in (0.37, 1]
 KEYS = normal(scale=0.3)        # q, k near unit length for n ≈ 10 (the caller L2-normalizes them)
 
 
-def deltanet(n: int, per_channel: bool, carry: bool) -> T.GatedDeltaNet:
-    """A GatedDeltaNet of 2 batches, 5 tokens, 3 heads, state n × n."""
-    return T.GatedDeltaNet(q=0, k=0, v=0, g=0, beta=0, state=0, dst=0, batch=2, seq=5, heads=3, state_size=n,
-                           gate_per_channel=per_channel, carry_state=carry)
+def deltanet(kind: type, n: int, per_channel: bool, carry: bool) -> "T._DeltaNet":
+    """A GatedDeltaNet (or its backward, dy normal) of 2 batches, 5 tokens, 3 heads, state n × n."""
+    grad = {"dy": 0} if kind is T.GatedDeltaNetBackward else {}
+    return kind(q=0, k=0, v=0, g=0, beta=0, state=0, dst=0, batch=2, seq=5, heads=3, state_size=n,
+                gate_per_channel=per_channel, carry_state=carry, **grad)
 
 
 def ssm() -> list[Example]:
@@ -25,8 +26,8 @@ def ssm() -> list[Example]:
         example("Mamba2/b2_s6_h3_p5_n9",
                 T.Mamba2(x=0, dt=0, a=0, b=0, c=0, dst=0, batch=2, seq=6, heads=3, head_dim=5, state_size=9),
                 rtol=1e-5, dt=STEP, a=DECAY),
-        example("GatedDeltaNet/scalar_gate_n11", deltanet(11, False, False), rtol=1e-5, q=KEYS, k=KEYS,
-                g=LOG_GATE, beta=uniform(0.0, 1.0)),
-        example("GatedDeltaNet/per_channel_gate_carry_n9", deltanet(9, True, True), rtol=1e-5, q=KEYS, k=KEYS,
-                g=LOG_GATE, beta=uniform(0.0, 1.0)),
-    ]
+    ] + [example(f"{kind.__name__}/{name}", deltanet(kind, n, per_channel, carry), rtol=1e-5, q=KEYS, k=KEYS,
+                 g=LOG_GATE, beta=uniform(0.0, 1.0))
+         for kind in (T.GatedDeltaNet, T.GatedDeltaNetBackward)
+         for name, n, per_channel, carry in (("scalar_gate_n11", 11, False, False),
+                                             ("per_channel_gate_carry_n9", 9, True, True))]

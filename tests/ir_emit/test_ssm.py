@@ -9,10 +9,14 @@
 """
 from __future__ import annotations
 
+import dataclasses
+from typing import Callable
+
 import numpy as np
 import pytest
 
 from rlx_llvm import thunks as T
+from rlx_llvm.reference import ssm as ref
 from tests.harness import W, Suite, assert_close, expect_invalid, f32_at, suite_tests
 
 RTOL = 1e-5
@@ -112,6 +116,28 @@ def add_deltanet(s: Suite, batch: int, seq: int, heads: int, n: int, per_channel
     return name
 
 
+def by_part(t: T.GatedDeltaNetBackward) -> "Callable[[np.ndarray, np.ndarray], None]":
+    """Compare a packed gradient bundle part by part (dq, dk, …: each `within_max` of its own size)."""
+    def compare(got: np.ndarray, want: np.ndarray) -> None:
+        at = 0
+        for name, count in t.parts():
+            within_max(got[at:at + count], want[at:at + count])
+            at += count
+    return compare
+
+
+def add_backward(s: Suite, batch: int, seq: int, heads: int, n: int, per_channel: bool, carry: bool) -> str:
+    """A GatedDeltaNetBackward case with normal dy; the bundle compared part by part."""
+    fields = deltanet_fields(s, batch, seq, heads, n, per_channel, carry)
+    dy = s.put(s.normal(batch, seq, heads, n))
+    t = T.GatedDeltaNetBackward(dy=dy, dst=0, **fields)
+    dst, _ = s.out(np.float32, sum(count for _, count in t.parts()))
+    t = dataclasses.replace(t, dst=dst)
+    name = deltanet_name("GatedDeltaNetBackward", t)
+    s.add(name, t, dtype=np.float32, compare=by_part(t))
+    return name
+
+
 def build() -> Suite:
     s = Suite(21, rtol=RTOL)
     for seq in (0, 1, 13):
@@ -126,10 +152,16 @@ def build() -> Suite:
     add_mamba2(s, 2, 30, 4, 16, 17)               # rows split across threads
     for per_channel in (False, True):
         for carry in (False, True):
-            for seq, n in ((0, W), (1, W - 1), (6, W), (9, W + 1)):
+            for seq, n in ((0, W), (1, W - 1), (9, W + 1)):
                 add_deltanet(s, 2, seq, 3, n, per_channel, carry)
+            # 10 tokens: checkpoints every 4, a last chunk of 2
+            add_backward(s, 2, 10, 3, W - 1 if carry else W + 1, per_channel, carry)
+        add_backward(s, 2, 1, 3, W, per_channel, per_channel)
         add_deltanet(s, 1, 3, 1, 128, per_channel, True)
         add_deltanet(s, 2, 12, 4, 17, per_channel, True)   # (batch, head) pairs split across threads
+    add_backward(s, 1, 0, 2, W, False, True)               # no tokens: dstate = 0
+    add_backward(s, 2, 12, 4, 17, True, True)              # (batch, head) pairs split across threads
+    add_backward(s, 1, 3, 1, 128, False, True)
     return s
 
 
@@ -203,28 +235,179 @@ def test_deltanet_matches_the_spec_element_by_element(outcome, case: str) -> Non
         within_max(f32_at(outcome.got, t.state, final.size), final.reshape(-1))
 
 
+# ── the backward: finite differences and a generic reverse-mode autograd ────
+
+class Var:
+    """A float64 array on a reverse-mode tape (+, −, ·, e^x, sums, indexing): the chain rule done generically,
+    independent of the hand-derived backward."""
+
+    def __init__(self, value, parents: tuple = ()) -> None:
+        self.value, self.parents, self.grad = np.asarray(value, np.float64), parents, None
+
+    @staticmethod
+    def of(x) -> "Var":
+        return x if isinstance(x, Var) else Var(x)
+
+    def __add__(self, other) -> "Var":
+        other = Var.of(other)
+        return Var(self.value + other.value, ((self, lambda g: g), (other, lambda g: g)))
+
+    def __sub__(self, other) -> "Var":
+        other = Var.of(other)
+        return Var(self.value - other.value, ((self, lambda g: g), (other, lambda g: -g)))
+
+    def __mul__(self, other) -> "Var":
+        other = Var.of(other)
+        return Var(self.value * other.value, ((self, lambda g: g * other.value), (other, lambda g: g * self.value)))
+
+    def exp(self) -> "Var":
+        e = np.exp(self.value)
+        return Var(e, ((self, lambda g: g * e),))
+
+    def sum(self, axis=None) -> "Var":
+        shape = self.value.shape
+        grow = (lambda g: np.broadcast_to(g, shape)) if axis is None else (
+            lambda g: np.broadcast_to(np.expand_dims(g, axis), shape))
+        return Var(self.value.sum(axis), ((self, grow),))
+
+    def __getitem__(self, index) -> "Var":
+        def scatter(g: np.ndarray) -> np.ndarray:
+            z = np.zeros_like(self.value)
+            z[index] += g
+            return z
+        return Var(self.value[index], ((self, scatter),))
+
+    def backward(self) -> None:
+        """Gradients of this scalar into every Var it depends on (`grad`), in reverse topological order."""
+        order, seen = [], set()
+
+        def visit(v: Var) -> None:
+            if id(v) not in seen:
+                seen.add(id(v))
+                for parent, _ in v.parents:
+                    visit(parent)
+                order.append(v)
+        visit(self)
+        self.grad = np.ones_like(self.value)
+        for v in reversed(order):
+            for parent, vjp in v.parents:
+                g = unbroadcast(vjp(v.grad), parent.value.shape)
+                parent.grad = g if parent.grad is None else parent.grad + g
+
+
+def unbroadcast(g: np.ndarray, shape: tuple) -> np.ndarray:
+    """Sum a broadcast gradient back to `shape`."""
+    g = g.sum(axis=tuple(range(g.ndim - len(shape)))) if g.ndim > len(shape) else g
+    return g.sum(axis=tuple(i for i, s in enumerate(shape) if s == 1 and g.shape[i] != 1), keepdims=True)
+
+
+def autograd_gradients(q, k, v, g, beta, state, dy) -> list[np.ndarray]:
+    """∂(Σ dy·o)/∂(q, k, v, g, beta, state) through the recurrence written with `Var` ops."""
+    leaves = [Var(a) for a in (q, k, v, g, beta, state)]
+    q_, k_, v_, g_, beta_, S = leaves
+    n, loss = q.shape[-1], Var(0.0)
+    for t in range(q.shape[1]):
+        alpha = g_[:, t].exp()
+        S = S * (alpha[:, :, :, None] if g.ndim == 4 else alpha[:, :, None, None])
+        kt = k_[:, t][:, :, :, None]
+        d = (v_[:, t] - (S * kt).sum(2)) * beta_[:, t][:, :, None]
+        S = S + kt * d[:, :, None, :]
+        o = (S * q_[:, t][:, :, :, None]).sum(2) * (1.0 / np.sqrt(n))
+        loss = loss + (o * dy[:, t]).sum()
+    loss.backward()
+    return [leaf.grad if leaf.grad is not None else np.zeros_like(leaf.value) for leaf in leaves]
+
+
+def finite_differences(q, k, v, g, beta, state, dy, eps: float = 1e-6, samples: int = 16) -> list[np.ndarray]:
+    """Central differences of Σ dy·o (the float64 reference forward) in `samples` random elements of every
+    input (NaN at the others)."""
+    x = ref.DeltaNetInputs(q, k, v, g, beta, state)
+    loss = lambda y: float((ref.deltanet_forward(y)[0] * dy).sum())
+    rng, grads = np.random.default_rng(5), []
+    for name, a in zip(x._fields, x):
+        fd = np.full_like(a, np.nan)
+        for flat in rng.choice(a.size, min(samples, a.size), replace=False):
+            i = np.unravel_index(flat, a.shape)
+            up, down = a.copy(), a.copy()
+            up[i] += eps
+            down[i] -= eps
+            fd[i] = (loss(x._replace(**{name: up})) - loss(x._replace(**{name: down}))) / (2 * eps)
+        grads.append(fd)
+    return grads
+
+
+def native_gradients(outcome, case: str) -> list[np.ndarray]:
+    """The packed bundle of a backward case split into its parts (dstate zeros without carry)."""
+    t = outcome.case(case).thunk
+    bundle, at, parts = outcome.output(case).astype(np.float64), 0, []
+    for name, count in t.parts():
+        parts.append(bundle[at:at + count])
+        at += count
+    return parts
+
+
+def backward_cases(max_seq: int) -> list[str]:
+    return [c.name for c in SUITE.cases if c.name.startswith("GatedDeltaNetBackward")
+            and 0 < c.thunk.seq <= max_seq and c.thunk.state_size <= W + 1]
+
+
+@pytest.mark.parametrize("case", backward_cases(10))
+@pytest.mark.parametrize("derive", [finite_differences, autograd_gradients])
+def test_backward_matches_an_independent_derivative(outcome, case: str, derive) -> None:
+    """The native gradients, and the float64 reference's (to 1e-7), against central differences in float64 /
+    a generic reverse-mode autograd of the recurrence."""
+    t = outcome.case(case).thunk
+    x = deltanet_inputs(outcome, t)
+    dy = f32_at(outcome.before, t.dy, *x[0].shape).astype(np.float64)
+    want = derive(*x, dy)
+    hand = ref.deltanet_backward(ref.DeltaNetInputs(*x), dy)
+    for (name, count), got, expect, exact in zip(t.parts(), native_gradients(outcome, case), want, hand):
+        if count:
+            expect, exact = expect.reshape(-1), exact.reshape(-1)
+            sampled = ~np.isnan(expect)      # finite differences sample some elements
+            scale = np.abs(exact).max()
+            assert_close(got[sampled], expect[sampled], RTOL, RTOL * scale, f"d{name}")
+            assert_close(exact[sampled], expect[sampled], 1e-7, 1e-7 * scale, f"d{name} (reference)")
+
+
 # ── bad input ────────────────────────────────────────────────────────────────
 
-SLOT = 4096
-LAST = 5 * SLOT    # the slot of the buffer a test makes too short
+SLOT = 1 << 18     # room for n = 129 (a 129 × 129 state, 2 heads)
+LAST = 8 * SLOT    # the slot of the buffer a test makes too short
 
 def selective_scan(**changes) -> T.SelectiveScan:
-    """b = 1, s = 2, hidden 3, n 4: every buffer in its own 4 KiB slot, b last."""
+    """b = 1, s = 2, hidden 3, n 4: every buffer in its own slot, b last."""
     fields = dict(x=0, delta=SLOT, a=2 * SLOT, c=3 * SLOT, dst=4 * SLOT, b=LAST, batch=1, seq=2, hidden=3, state_size=4)
     return T.SelectiveScan(**(fields | changes))
 
 
 def mamba2(**changes) -> T.Mamba2:
-    """b = 1, s = 2, 2 heads of 3, n 4: every buffer in its own 4 KiB slot, c last."""
+    """b = 1, s = 2, 2 heads of 3, n 4: every buffer in its own slot, c last."""
     fields = dict(x=0, dt=SLOT, a=2 * SLOT, b=3 * SLOT, dst=4 * SLOT, c=LAST, batch=1, seq=2, heads=2, head_dim=3, state_size=4)
     return T.Mamba2(**(fields | changes))
 
 
-@pytest.mark.parametrize("make", [selective_scan, mamba2])
+def deltanet(**changes) -> T.GatedDeltaNet:
+    """b = 1, s = 2, 2 heads, n 4, per-channel gate, carry: every buffer in its own slot, state last."""
+    fields = dict(q=0, k=SLOT, v=2 * SLOT, g=3 * SLOT, beta=4 * SLOT, dst=5 * SLOT, state=LAST, batch=1, seq=2,
+                  heads=2, state_size=4, gate_per_channel=True, carry_state=True)
+    return T.GatedDeltaNet(**(fields | changes))
+
+
+def deltanet_backward(**changes) -> T.GatedDeltaNetBackward:
+    """The same shapes as `deltanet`, dy last."""
+    fields = dict(q=0, k=SLOT, v=2 * SLOT, g=3 * SLOT, beta=4 * SLOT, dst=5 * SLOT, state=6 * SLOT, dy=LAST,
+                  batch=1, seq=2, heads=2, state_size=4, gate_per_channel=True, carry_state=True)
+    return T.GatedDeltaNetBackward(**(fields | changes))
+
+
+@pytest.mark.parametrize("make", [selective_scan, mamba2, deltanet, deltanet_backward])
 def test_state_above_128_is_refused(make) -> None:
-    expect_invalid(make(state_size=129), 1 << 16, "state_size", "above 128")
+    expect_invalid(make(state_size=129), 1 << 22, "state_size", "above 128")
 
 
-@pytest.mark.parametrize("make,field,needed", [(selective_scan, "b", 4 * 2 * 4), (mamba2, "c", 4 * 2 * 2 * 4)])
+@pytest.mark.parametrize("make,field,needed", [(selective_scan, "b", 4 * 2 * 4), (mamba2, "c", 4 * 2 * 2 * 4),
+                                               (deltanet, "state", 4 * 2 * 4 * 4),
+                                               (deltanet_backward, "dy", 4 * 2 * 2 * 4)])
 def test_buffer_too_short_is_refused(make, field: str, needed: int) -> None:
     expect_invalid(make(), LAST + needed - 1, field)
