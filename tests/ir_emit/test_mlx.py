@@ -7,6 +7,7 @@
 * DequantMatMulMlx against its reference (f64 sums) for m in {0, 1, 3, 4, 5, 9}, n around the vector
   width, k several groups, groups of 32/64/128, every scheme; all in one program; against
   `mlx.core.quantized_matmul` where MLX is installed.
+* Some of those cases compiled again with the 4- and 16-lane chunks of SSE and AVX-512 hosts.
 * DequantGroupedMatMulMlx likewise (every expert used, f32 and bf16 scales); an id that is not an integer
   in [0, num_experts) is an ExecutionError naming the row (status >> 8), with dst untouched.
 * Bad input: one test per check rule, and a buffer too short.
@@ -304,6 +305,23 @@ def build() -> Suite:
 SUITE = build()
 (outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
  test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
+
+OTHER_WIDTH_CASES = [f"DequantMatMulMlx-affine4g64-5x192x{W + 1}", f"DequantMatMulMlx-affine3g32-2x64x{W - 1}",
+                     f"DequantMatMulMlx-mxfp4g32-5x96x{W}", f"DequantMatMulMlx-mxfp8g32-1x96x{W}",
+                     f"DequantGroupedMatMulMlx-affine6g64-bf16-9x128x{W - 1}-E4"]
+"""Cases compiled again at the chunk widths of other hosts."""
+
+
+@pytest.mark.parametrize("width", [w for w in WIDTHS if w != HOST_WIDTH])
+def test_tiles_at_other_hosts_chunk_widths_match_reference(width: int) -> None:
+    """The tiles with 4-lane (SSE) and 16-lane (AVX-512) chunks, which LLVM widens or splits here."""
+    sub = SUITE.subset(lambda c: c.name in OTHER_WIDTH_CASES)
+    assert len(sub.cases) == len(OTHER_WIDTH_CASES)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(emit, "chunk_width", lambda lanes: width)
+        result = sub.run()
+    for name in OTHER_WIDTH_CASES:
+        result.check(name)
 
 
 def case_arrays(outcome, name: str) -> tuple:
