@@ -8,6 +8,7 @@ Every loop length is a compile-time constant (full blocks, then the row's short 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from llvmlite import ir
@@ -15,15 +16,18 @@ from llvmlite import ir
 from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import ScaleLayout
-from ..reference.scaled import FORMATS, block_of, minifloat
+from ..reference.scaled import FORMATS, Minifloat, block_of, minifloat
 from ..registry import lowering
 from ..thunks.base import cdiv
 from . import lowp_floats as lp
-from .context import EmitContext, ScratchRef, pointer
+from .context import ArenaRef, EmitContext, Operand, ScratchRef, pointer
 from .rows import Combine, parallel_rows, reduce_row
 from .. import jit
-from .gemm import ACCUMULATORS, PANEL_VECTORS, PARALLEL_MIN_FMAS, TileShape, _runs
-from .toolkit import F32, I32, I64, I8, Index, as_value, call_intrinsic, iadd, imul, scratch_ptr, splat, zero_bytes
+from .gemm import ACCUMULATORS, PANEL_VECTORS, PARALLEL_MIN_FMAS, TileShape, _runs, expert_of
+from .gguf import horizontal_sum
+from .mlx import expert_status
+from .toolkit import (F32, I32, I64, I8, Index, as_value, call_intrinsic, entry_alloca, fail_unless, iadd, imul,
+                      scratch_ptr, splat, vec, zero_bytes)
 
 AMAX = Combine("fmax", 0.0)   # NaN-ignoring max of |x|, 0 for an empty or all-NaN block
 E4M3 = FORMATS["F8E4M3"]
@@ -63,13 +67,13 @@ def for_each_block(ctx: EmitContext, t, bytes_per_row: int, body: BlockBody) -> 
         parallel_rows(ctx, t.rows, bytes_per_row, rows_body)
 
 
-def load_scale(ctx: EmitContext, layout: ScaleLayout, offset: int, index: Index) -> ir.Value:
-    """The f32 scale of block `index` (the one per-tensor f32, or a decoded E8M0 / E4M3 byte)."""
+def load_scale(ctx: EmitContext, layout: ScaleLayout, offset: int, index: Index, tensor: Index = 0) -> ir.Value:
+    """The f32 scale of block `index` (a decoded E8M0 / E4M3 byte), or per-tensor f32 number `tensor`."""
     if isinstance(layout, ScaleLayout.BlockMxE8M0):
         return lp.e8m0_decode(ctx, ctx.load(offset, I8, index))
     if isinstance(layout, ScaleLayout.Nvfp4):
         return lp.decode(ctx, E4M3, ctx.load(offset, I8, index))
-    return ctx.load(offset, F32, 0)
+    return ctx.load(offset, F32, tensor)
 
 
 def store_scale(ctx: EmitContext, layout: ScaleLayout, offset: int, index: Index, s: ir.Value) -> None:
@@ -131,9 +135,38 @@ def scaled_quant_scale(ctx: EmitContext, t: T.ScaledQuantScale) -> None:
         for_each_block(ctx, t, t.cols * 4, scale)
 
 
-# ── ScaledMatMul: decode into L1 panels, multiply with gemm's register tiles ─
+# ── ScaledMatMul / ScaledGroupedMatMul: decode into L1 panels, multiply with gemm's register tiles ─
 
 PANEL_BYTES = jit.l1d_bytes() // 2   # one decoded f32 panel of B: half of the host's L1d
+
+# row(r) → the source row of row r of a decoded block (a run-time index)
+RowMap = Callable[[Index], Index]
+# tile(first row, rows): one register tile at a run of rows
+RowTile = Callable[[Index, int], None]
+
+
+@dataclass(frozen=True)
+class Codes:
+    """A row-major code matrix of `k` columns: its format, code and scale offsets; a per-tensor scale covers
+    `slab_rows` rows (a grouped weight's `[n, k]` expert slab; 0: the whole matrix)."""
+
+    fmt: Minifloat
+    codes: int
+    scales: int
+    slab_rows: int = 0
+
+
+@dataclass(frozen=True)
+class ScaledGemm:
+    """`C[m, n] = decode(A)·decode(B)ᵀ` of one ScaledMatMul, or of a ScaledGroupedMatMul where B is the
+    `[E·n, k]` stack of expert slabs."""
+
+    lhs: Codes
+    rhs: Codes
+    layout: ScaleLayout
+    m: int
+    k: int
+    n: int
 
 
 def check_scaled_matmul(t: T.ScaledMatMul) -> None:
@@ -141,6 +174,13 @@ def check_scaled_matmul(t: T.ScaledMatMul) -> None:
     minifloat(t.lhs_fmt, t.kind_name, "lhs_fmt")
     minifloat(t.rhs_fmt, t.kind_name, "rhs_fmt")
     check_scaled_layout(t.layout)
+
+
+def check_scaled_grouped(t: T.ScaledGroupedMatMul) -> None:
+    """As ScaledMatMul, and an expert for every row."""
+    check_scaled_matmul(t)
+    if t.m and t.num_experts == 0:
+        raise ValidationError(f"num_experts = 0 but m = {t.m} rows need an expert", field="num_experts")
 
 
 def transpose(b: ir.IRBuilder, vs: list[ir.Value]) -> list[ir.Value]:
@@ -155,65 +195,225 @@ def transpose(b: ir.IRBuilder, vs: list[ir.Value]) -> list[ir.Value]:
     return vs
 
 
-def decode_transposed(ctx: EmitContext, t, which: str, rows: tuple[Index, int], ks: tuple[int, int],
-                      dst: ir.Value, ld: int) -> None:
-    """`dst[(kk − k0)·ld + (r − r0)] = decode(code[r, kk])·scale(r, block(kk))` for the `rows` (first, count)
-    of `which` ("lhs"/"rhs") and `kk ∈ [k0, k0 + kc)` — a row-major code matrix decoded as its transpose:
-    W rows × W codes at a time, decoded as W vectors, transposed in registers, stored as W vectors."""
-    f = minifloat(getattr(t, f"{which}_fmt"))
-    codes, scales = getattr(t, which), getattr(t, f"{which}_scale")
+def row_scale(ctx: EmitContext, g: ScaledGemm, m: Codes, r: Index, first: Index) -> ir.Value:
+    """The f32 scale of source row `r` of `m` at code `first`."""
+    b = ctx.b
+    block = block_of(g.layout, g.k)
+    block_index = iadd(b, imul(b, r, cdiv(g.k, block)), b.udiv(as_value(first), I64(block)))
+    slab = b.udiv(as_value(r), I64(m.slab_rows)) if m.slab_rows else I64(0)
+    return load_scale(ctx, g.layout, m.scales, block_index, slab)
+
+
+def scale_segments(ctx: EmitContext, g: ScaledGemm, ks: tuple[Index, int], body: Callable[[Index, int], None]) -> None:
+    """`body(first, count)` over the scale blocks of codes `[k0, k0 + kc)` (`k0` on a block boundary; one
+    segment for a per-tensor scale): a run-time loop over the whole blocks, then the short one."""
     k0, kc = ks
-    block = block_of(t.layout, t.k)
-    seg = block if t.layout.name != "PerTensor" else kc
+    b = ctx.b
+    seg = block_of(g.layout, g.k) if g.layout.name != "PerTensor" else kc
+    full, tail = divmod(kc, seg)
+    if full:
+        with ctx.for_range(0, full, name="seg") as sj:
+            body(iadd(b, imul(b, sj, seg), k0), seg)
+    if tail:
+        body(iadd(b, k0, full * seg), tail)
+
+
+def decode_transposed(ctx: EmitContext, g: ScaledGemm, m: Codes, row: RowMap, count: int, ks: tuple[Index, int],
+                      dst: ir.Value, ld: int) -> None:
+    """`dst[(kk − k0)·ld + r] = decode(code[row(r), kk])·scale(row(r), block(kk))` for `r < count` and
+    `kk ∈ [k0, k0 + kc)` — rows of a row-major code matrix decoded as its transpose: W rows × W codes at a
+    time, decoded as W vectors, transposed in registers, stored as W vectors."""
     b, w = ctx.b, ctx.lanes
 
-    def tile(r0: Index, rr0: Index, g: int, first: Index, count: int) -> None:
-        """Rows `[r0, r0 + g)`, codes `[first, first + count)` of one scale block (`count % g == 0`)."""
-        block_index = b.udiv(as_value(first), I64(block))
-        ss = [splat(b, load_scale(ctx, t.layout, scales, iadd(b, imul(b, iadd(b, r0, i), cdiv(t.k, block)),
-                                                                  block_index)), g) for i in range(g)]
-        with ctx.for_range(0, count, g, name="dk") as j:
+    def tile(rr0: Index, n: int, first: Index, count: int) -> None:
+        """Rows `[rr0, rr0 + n)`, codes `[first, first + count)` of one scale block (`count % n == 0`)."""
+        rows = [row(iadd(b, rr0, i)) for i in range(n)]
+        ss = [splat(b, row_scale(ctx, g, m, r, first), n) for r in rows]
+        with ctx.for_range(0, count, n, name="dk") as j:
             kk = iadd(b, first, j)
-            vs = [b.fmul(lp.decode(ctx, f, ctx.load(codes, I8, iadd(b, imul(b, iadd(b, r0, i), t.k), kk), g)), ss[i])
-                  for i in range(g)]
-            at = iadd(b, imul(b, b.sub(as_value(kk), as_value(k0)), ld), rr0)
+            vs = [b.fmul(lp.decode(ctx, m.fmt, ctx.load(m.codes, I8, iadd(b, imul(b, r, g.k), kk), n)), s)
+                  for r, s in zip(rows, ss)]
+            at = iadd(b, imul(b, b.sub(as_value(kk), as_value(ks[0])), ld), rr0)
             for lane, v in enumerate(transpose(b, vs)):
                 ctx.store(0, v, iadd(b, at, lane * ld), base=dst)
 
-    def segment(r0: Index, rr0: Index, g: int, first: Index, count: int) -> None:
-        main, rest = count - count % g, count % g
-        if main:
-            tile(r0, rr0, g, first, main)
-        if rest:
-            with ctx.for_range(0, g, name="drest") as i:
-                tile(iadd(b, r0, i), iadd(b, rr0, i), 1, iadd(b, first, main), rest)
+    def row_group(rr0: Index, n: int) -> None:
+        def segment(first: Index, count: int) -> None:
+            main, rest = count - count % n, count % n
+            if main:
+                tile(rr0, n, first, main)
+            if rest:
+                with ctx.for_range(0, n, name="drest") as i:
+                    tile(iadd(b, rr0, i), 1, iadd(b, first, main), rest)
+        scale_segments(ctx, g, ks, segment)
 
-    def row_group(rr0: Index, g: int) -> None:
-        r0 = iadd(b, rows[0], rr0)
-        full, tail = divmod(kc, seg)
-        if full:
-            with ctx.for_range(0, full, name="seg") as sj:
-                segment(r0, rr0, g, iadd(b, imul(b, sj, seg), k0), seg)
-        if tail:
-            segment(r0, rr0, g, iadd(b, k0, full * seg), tail)
-
-    groups, rest = divmod(rows[1], w)
+    groups, rest = divmod(count, w)
     if groups:
         with ctx.for_range(0, groups, name="dgroup") as gi:
             row_group(imul(b, gi, w), w)
     if rest:
-        with ctx.for_range(groups * w, rows[1], name="drow") as rr:
+        with ctx.for_range(groups * w, count, name="drow") as rr:
             row_group(rr, 1)
 
 
-def chunk_size(t: T.ScaledMatMul, panel_cols: int) -> int:
+GEMV_ROWS = 4   # weight rows dotted at once (each decoded lhs vector feeds 4 FMAs)
+
+
+def dot_rows(ctx: EmitContext, g: ScaledGemm, a: ir.Value, row: Index, n: int) -> list[ir.Value]:
+    """`Σ_k a[k]·decode(rhs[row + r, k])·scale(row + r, block(k))` for `r < n`, `a` the decoded f32 lhs row:
+    codes decoded W at a time along k straight into FMAs (no panel, no transpose), lanes summed last."""
+    b, w = ctx.b, ctx.lanes
+
+    def zeroed(ty: ir.Type) -> ir.Value:
+        slot = entry_alloca(ctx, ty)
+        b.store(ir.Constant(ty, None), slot)
+        return slot
+    accs = {width: [zeroed(vec(F32, width)) for _ in range(n)] for width in (w, 1)}   # vector lanes, the tail
+
+    def lanes(first: Index, scales: list[ir.Value], j: ir.Value, width: int) -> None:
+        kk = iadd(b, first, j)
+        x = ctx.load(0, F32, kk, width, base=a)
+        for r, (s, acc) in enumerate(zip(scales, accs[width])):
+            code = ctx.load(g.rhs.codes, I8, iadd(b, imul(b, iadd(b, row, r), g.k), kk), width)
+            v = b.fmul(lp.decode(ctx, g.rhs.fmt, code), splat(b, s, width) if width > 1 else s)
+            b.store(call_intrinsic(ctx, "llvm.fma", [v, x, b.load(acc)]), acc)
+
+    def segment(first: Index, count: int) -> None:
+        scales = [row_scale(ctx, g, g.rhs, iadd(b, row, r), first) for r in range(n)]
+        ctx.vector_loop(count, lambda j, width: lanes(first, scales, j, width), name="dot")
+    scale_segments(ctx, g, (0, g.k), segment)
+    return [b.fadd(horizontal_sum(ctx, b.load(v)), b.load(s)) for v, s in zip(accs[w], accs[1])]
+
+
+def chunk_size(g: ScaledGemm, panel_cols: int) -> int:
     """The k-chunk length whose decoded `[kc, panel_cols]` panel fits `PANEL_BYTES`, a whole number of
     scale blocks, at most k."""
     kc = max(1, PANEL_BYTES // (4 * panel_cols))
-    if t.layout.name != "PerTensor":
-        block = block_of(t.layout, t.k)
+    if g.layout.name != "PerTensor":
+        block = block_of(g.layout, g.k)
         kc = max(1, kc // block) * block
-    return min(kc, t.k)
+    return min(kc, g.k)
+
+
+def row_tiles(ctx: EmitContext, first: Index, count: Index, mr: int, tile: RowTile) -> None:
+    """`tile(row, rows)` over rows `[first, first + count)`: tiles of `mr` rows, then the remainder (as its
+    binary digits when `count` is known only at run time, so every tile size is a compile-time constant)."""
+    b = ctx.b
+    if isinstance(count, int):
+        for i0, rows, n in _runs(count, mr):
+            with ctx.for_range(0, n, name="rtile") as i:
+                tile(iadd(b, first, iadd(b, imul(b, i, rows), i0)), rows)
+        return
+    whole = b.udiv(count, I64(mr))
+    with ctx.for_range(0, whole, name="rtile") as i:
+        tile(iadd(b, first, imul(b, i, mr)), mr)
+    done = iadd(b, first, imul(b, whole, mr))
+    rest = b.sub(count, imul(b, whole, mr))
+    for size in reversed([1 << i for i in range(mr.bit_length()) if 1 << i < mr]):
+        with b.if_then(b.icmp_unsigned("!=", b.and_(rest, I64(size)), I64(0))):
+            tile(iadd(b, done, b.and_(rest, I64(-2 * size))), size)
+
+
+def multiply_panel(ctx: EmitContext, g: ScaledGemm, b_rows: Index, col: ir.Value, width: int, ld: int,
+                   rows: tuple[Index, Index], a_t: ir.Value, panel: ir.Value, c: ir.Value) -> None:
+    """Columns `[col, col + width)` of C's `rows` (first, count) against rhs rows `b_rows + col …`: per
+    k-chunk, decode the rhs panel once, then every row tile (the first chunk writes C, the others
+    accumulate; a run-time loop over the middle chunks)."""
+    b, w = ctx.b, ctx.lanes
+    kc = chunk_size(g, ld)
+    whole, tail = divmod(g.k, kc)
+    nv = -(-width // w)
+    mr = max(1, min(g.m, ACCUMULATORS.get(w, 12) // nv))
+    first_col = iadd(b, b_rows, col)
+
+    def chunk(k0: Index, kc: int, accumulate: bool) -> None:
+        decode_transposed(ctx, g, g.rhs, lambda r: iadd(b, first_col, r), width, (k0, kc), panel, ld)
+
+        def tile(row0: Index, n: int) -> None:
+            fn = TileShape(F32, w, n, nv, accumulate).function(ctx)
+            b.call(fn, [ctx.addr(0, iadd(b, row0, imul(b, k0, g.m)), 4, base=a_t), panel,
+                        ctx.addr(0, iadd(b, imul(b, row0, g.n), col), 4, base=c),
+                        I64(1), I64(g.m), I64(ld), I64(g.n), I64(kc), I64(width - (nv - 1) * w),
+                        ir.Constant(F32, 1.0), ir.Constant(F32, 1.0)])
+        row_tiles(ctx, *rows, mr, tile)
+    chunk(I64(0), kc, False)
+    if whole > 1:
+        with ctx.for_range(1, whole, name="kchunk") as i:
+            chunk(imul(b, i, kc), kc, True)
+    if tail:
+        chunk(I64(whole * kc), tail, True)
+
+
+def gemv(ctx: EmitContext, g: ScaledGemm, a_off: int, b_rows: Callable[[EmitContext], Index], dst: int) -> None:
+    """`dst[j] = dot_rows(a, rhs row b_rows + j)` for the one lhs row (decoded at shared scratch `a_off`):
+    `GEMV_ROWS` weight rows at a time, rows split across threads."""
+    def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        sb, a, first = sub.b, pointer(sub, ScratchRef(a_off)), b_rows(sub)
+
+        def group(j: ir.Value, n: int) -> None:
+            for r, v in enumerate(dot_rows(sub, g, a, iadd(sb, first, j), n)):
+                sub.store(dst, v, iadd(sb, j, r))
+        whole = sb.add(start, sb.mul(sb.udiv(sb.sub(stop, start), I64(GEMV_ROWS)), I64(GEMV_ROWS)))
+        with sub.for_range(start, whole, GEMV_ROWS, name="jg") as j:
+            group(j, GEMV_ROWS)
+        with sub.for_range(whole, stop, name="j") as j:
+            group(j, 1)
+    ctx.parallel_for(g.n, rows, grain=GEMV_ROWS, min_work=max(1, PARALLEL_MIN_FMAS // g.k))
+
+
+# groups(ctx, body): body(first rhs row, (first row, row count)) for each expert's run of rows
+Groups = Callable[[EmitContext, Callable[[Index, tuple[Index, Index]], None]], None]
+# finish(ctx, first column, width) once a column panel of C is complete
+PanelDone = Callable[[EmitContext, ir.Value, int], None]
+
+
+def panel_products(ctx: EmitContext, g: ScaledGemm, a_off: int, c: Operand, groups: Groups,
+                   done: "PanelDone | None" = None) -> None:
+    """C = A·Bᵀ by column panels of `4·W` columns split across threads: per panel, each group of rows
+    against its rhs rows (`multiply_panel`), then `done`; A is the decoded `[k, m]` lhs in shared scratch."""
+    w = ctx.lanes
+    panel_cols = min(PANEL_VECTORS * w, -(-g.n // w) * w)
+    full, rest = divmod(g.n, panel_cols)
+
+    def columns(sub: EmitContext, col: ir.Value, width: int) -> None:
+        a_t, c_at = pointer(sub, ScratchRef(a_off)), pointer(sub, c)
+        panel = scratch_ptr(sub, sub.scratch_alloc(PANEL_BYTES))
+        groups(sub, lambda b_rows, rows: multiply_panel(sub, g, b_rows, col, width, panel_cols, rows, a_t, panel,
+                                                        c_at))
+        if done:
+            done(sub, col, width)
+
+    def panels(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        with sub.for_range(start, stop, name="panel") as j:
+            with sub.b.if_else(sub.b.icmp_signed("<", j, I64(full))) as (whole, last):
+                with whole:
+                    if full:
+                        columns(sub, imul(sub.b, j, panel_cols), panel_cols)
+                with last:
+                    if rest:
+                        columns(sub, I64(full * panel_cols), rest)
+    min_panels = max(1, PARALLEL_MIN_FMAS // (g.m * g.k * panel_cols))
+    ctx.parallel_for(full + (rest > 0), panels, min_work=min_panels)
+
+
+def add_bias(ctx: EmitContext, t, expert: RowMap) -> None:
+    """`dst[i, :] += bias[expert(i), :]`."""
+    b = ctx.b
+    with ctx.for_range(0, t.m, name="brow") as i:
+        first = imul(b, expert(i), t.n)
+
+        def lanes(j: ir.Value, width: int) -> None:
+            at = iadd(b, imul(b, i, t.n), j)
+            bias = ctx.load(t.bias, F32, iadd(b, first, j), width)
+            ctx.store(t.dst, b.fadd(ctx.load(t.dst, F32, at, width), bias), at)
+        ctx.vector_loop(t.n, lanes, name="bias")
+
+
+def decode_lhs(ctx: EmitContext, g: ScaledGemm, row: RowMap) -> int:
+    """The lhs decoded as `[k, m]` f32 into shared scratch (row `r` of it from lhs row `row(r)`); its offset."""
+    a_off = ctx.scratch_alloc(4 * g.m * g.k)
+    decode_transposed(ctx, g, g.lhs, row, g.m, (0, g.k), scratch_ptr(ctx, a_off), g.m)
+    return a_off
 
 
 @lowering(T.ScaledMatMul, check=check_scaled_matmul)
@@ -223,58 +423,83 @@ def scaled_matmul(ctx: EmitContext, t: T.ScaledMatMul) -> None:
     column panels split across threads when there is enough work."""
     if not t.m * t.n:
         return
-    b, w = ctx.b, ctx.lanes
+    g = ScaledGemm(Codes(minifloat(t.lhs_fmt), t.lhs, t.lhs_scale), Codes(minifloat(t.rhs_fmt), t.rhs, t.rhs_scale),
+                   t.layout, t.m, t.k, t.n)
     if t.k == 0:
         zero_bytes(ctx, ctx.addr(t.dst), 4 * t.m * t.n)
     else:
-        panel_cols = min(PANEL_VECTORS * w, -(-t.n // w) * w)
-        a_off = ctx.scratch_alloc(4 * t.m * t.k)
-        decode_transposed(ctx, t, "lhs", (I64(0), t.m), (0, t.k), scratch_ptr(ctx, a_off), t.m)
-        full, rest = divmod(t.n, panel_cols)
-
-        def panels(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-            a_t, panel = pointer(sub, ScratchRef(a_off)), scratch_ptr(sub, sub.scratch_alloc(PANEL_BYTES))
-            with sub.for_range(start, stop, name="panel") as j:
-                with sub.b.if_else(sub.b.icmp_signed("<", j, I64(full))) as (whole, last):
-                    with whole:
-                        if full:
-                            _panel(sub, t, imul(sub.b, j, panel_cols), panel_cols, panel_cols, a_t, panel)
-                    with last:
-                        if rest:
-                            _panel(sub, t, I64(full * panel_cols), rest, panel_cols, a_t, panel)
-        min_panels = max(1, PARALLEL_MIN_FMAS // (t.m * t.k * panel_cols))
-        ctx.parallel_for(full + (rest > 0), panels, min_work=min_panels)
+        a_off = decode_lhs(ctx, g, lambda r: r)
+        if t.m == 1:
+            gemv(ctx, g, a_off, lambda sub: 0, t.dst)
+        else:
+            panel_products(ctx, g, a_off, ArenaRef(t.dst), lambda sub, body: body(0, (0, t.m)))
     if t.has_bias:
-        with ctx.for_range(0, t.m, name="brow") as i:
-            def add_bias(j: ir.Value, lanes: int) -> None:
-                at = iadd(b, imul(b, i, t.n), j)
-                ctx.store(t.dst, b.fadd(ctx.load(t.dst, F32, at, lanes), ctx.load(t.bias, F32, j, lanes)), at)
-            ctx.vector_loop(t.n, add_bias, name="bias")
+        add_bias(ctx, t, lambda i: 0)
 
 
-def _panel(ctx: EmitContext, t: T.ScaledMatMul, col: ir.Value, width: int, ld: int, a_t: ir.Value,
-           panel: ir.Value) -> None:
-    """Columns `[col, col + width)` of dst: per k-chunk, decode the rhs panel, then every row tile (the
-    first chunk writes dst, the others accumulate; a run-time loop over the middle chunks)."""
-    b, w = ctx.b, ctx.lanes
-    kc = chunk_size(t, ld)
-    whole, tail = divmod(t.k, kc)
-    nv = -(-width // w)
-    mr = max(1, min(t.m, ACCUMULATORS.get(w, 12) // nv))
+def sort_rows_by_expert(ctx: EmitContext, t: T.ScaledGroupedMatMul) -> tuple[int, int]:
+    """Check every row's expert id (an integer in `[0, E)`, else `INDEX_OUT_OF_RANGE | row << 8` naming the first
+    bad row: mlx's `expert_status`) and counting-sort the rows by expert, stably, into shared scratch:
+    `starts[E + 1]` (expert e's rows are sorted positions `[starts[e], starts[e + 1])`) and `perm[m]` (sorted
+    position → row). Returns their offsets."""
+    b, e_count = ctx.b, t.num_experts
+    starts, perm = ctx.scratch_alloc(8 * (e_count + 1)), ctx.scratch_alloc(8 * t.m)
+    zero_bytes(ctx, scratch_ptr(ctx, starts), 8 * (e_count + 1))
 
-    def chunk(k0: Index, kc: int, accumulate: bool) -> None:
-        decode_transposed(ctx, t, "rhs", (col, width), (k0, kc), panel, ld)
-        for i0, rows, count in _runs(t.m, mr):
-            fn = TileShape(F32, w, rows, nv, accumulate).function(ctx)
-            with ctx.for_range(0, count, name="rtile") as tr:
-                row0 = iadd(b, imul(b, tr, rows), i0)
-                b.call(fn, [ctx.addr(0, iadd(b, row0, imul(b, k0, t.m)), 4, base=a_t), panel,
-                            ctx.addr(t.dst, iadd(b, imul(b, row0, t.n), col), 4),
-                            I64(1), I64(t.m), I64(ld), I64(t.n), I64(kc), I64(width - (nv - 1) * w),
-                            ir.Constant(F32, 1.0), ir.Constant(F32, 1.0)])
-    chunk(I64(0), kc, False)
-    if whole > 1:
-        with ctx.for_range(1, whole, name="kchunk") as c:
-            chunk(imul(b, c, kc), kc, True)
-    if tail:
-        chunk(I64(whole * kc), tail, True)
+    def bump(e: ir.Value, by: ir.Value) -> ir.Value:
+        """`starts[e] += by`; the new value."""
+        new = b.add(ctx.load(starts, I64, e, base=ctx.scratch), by)
+        ctx.store(starts, new, e, base=ctx.scratch)
+        return new
+    with ctx.for_range(0, t.m, name="count") as i:
+        fail_unless(ctx, *expert_status(ctx, t, i))
+        bump(expert_of(ctx, t.expert_idx, i), I64(1))
+    with ctx.for_range(1, e_count, name="scan") as e:       # inclusive prefix sums: the end of each expert
+        bump(e, ctx.load(starts, I64, b.sub(e, I64(1)), base=ctx.scratch))
+    ctx.store(starts, I64(t.m), e_count, base=ctx.scratch)
+    with ctx.for_range(0, t.m, name="place") as j:          # last rows first: each end walks down to its start
+        i = b.sub(I64(t.m - 1), j)
+        ctx.store(perm, i, bump(expert_of(ctx, t.expert_idx, i), I64(-1)), base=ctx.scratch)
+    return starts, perm
+
+
+@lowering(T.ScaledGroupedMatMul, check=check_scaled_grouped)
+def scaled_grouped_matmul(ctx: EmitContext, t: T.ScaledGroupedMatMul) -> None:
+    """`dst[i] = decode(input[i])·scale ⋅ (decode(weight[idx[i]])·scale)ᵀ (+ bias[idx[i]])`: every id checked
+    before anything is written; rows counting-sorted by expert, the lhs decoded in that order; per column
+    panel and expert, each k-chunk of the expert's rhs panel decoded once for all its rows; the sorted
+    products scattered back to their rows."""
+    if not t.m * t.n:
+        return
+    g = ScaledGemm(Codes(minifloat(t.lhs_fmt), t.input, t.input_scale),
+                   Codes(minifloat(t.rhs_fmt), t.weight, t.weight_scale, t.n), t.layout, t.m, t.k, t.n)
+    starts, perm = sort_rows_by_expert(ctx, t)
+    if t.k == 0:
+        zero_bytes(ctx, ctx.addr(t.dst), 4 * t.m * t.n)
+    elif t.m == 1:
+        gemv(ctx, g, decode_lhs(ctx, g, lambda r: r), lambda sub: imul(sub.b, expert_of(sub, t.expert_idx, 0), t.n),
+             t.dst)
+    else:
+        a_off = decode_lhs(ctx, g, lambda r: ctx.load(perm, I64, r, base=ctx.scratch))
+        c_off = ctx.scratch_alloc(4 * t.m * t.n)
+
+        def experts(sub: EmitContext, body) -> None:
+            with sub.for_range(0, t.num_experts, name="expert") as e:
+                first = sub.load(starts, I64, e, base=sub.shared)
+                count = sub.b.sub(sub.load(starts, I64, sub.b.add(e, I64(1)), base=sub.shared), first)
+                with sub.b.if_then(sub.b.icmp_unsigned("!=", count, I64(0))):
+                    body(imul(sub.b, e, t.n), (first, count))
+
+        def scatter(sub: EmitContext, col: ir.Value, width: int) -> None:
+            """Copy the panel's sorted rows of C to their rows of dst."""
+            with sub.for_range(0, t.m, name="scatter") as p:
+                row = sub.load(perm, I64, p, base=sub.shared)
+
+                def lanes(j: ir.Value, n: int) -> None:
+                    jj = iadd(sub.b, col, j)
+                    value = sub.load(c_off, F32, iadd(sub.b, imul(sub.b, p, t.n), jj), n, base=sub.shared)
+                    sub.store(t.dst, value, iadd(sub.b, imul(sub.b, row, t.n), jj))
+                sub.vector_loop(width, lanes, name="scol")
+        panel_products(ctx, g, a_off, ScratchRef(c_off), experts, scatter)
+    if t.has_bias:
+        add_bias(ctx, t, lambda i: expert_of(ctx, t.expert_idx, i))

@@ -197,6 +197,24 @@ def scaled_matmul(arena, t) -> None:
     view(arena, t.dst, np.float32, t.m * t.n)[:] = out.reshape(-1).astype(np.float32)
 
 
+@reference(T.ScaledGroupedMatMul)
+def scaled_grouped_matmul(arena, t) -> None:
+    """`dst[i] = dequantized(input[i]) · dequantized(weight[idx[i]])ᵀ (+ bias[idx[i]])`, in float64; an id that
+    is not an integer in `[0, num_experts)` is an IndexError naming its row."""
+    from .mlx import expert_rows   # here: reference.mlx imports this module
+    ids = expert_rows(arena, t)
+    a = dequantized(arena, t.lhs_fmt, t.layout, t.input, t.input_scale, t.m, t.k).reshape(t.m, t.k)
+    slab_scales = scale_bytes(t.layout, t.n, t.k)
+    w = {e: dequantized(arena, t.rhs_fmt, t.layout, t.weight + e * t.n * t.k, t.weight_scale + e * slab_scales,
+                        t.n, t.k).reshape(t.n, t.k).astype(np.float64) for e in set(ids.tolist())}
+    bias = view(arena, t.bias, np.float32, t.num_experts * t.n).reshape(-1, t.n) if t.has_bias else None
+    out = np.zeros((t.m, t.n))
+    with np.errstate(all="ignore"):
+        for i, e in enumerate(ids.tolist()):
+            out[i] = a[i].astype(np.float64) @ w[e].T + (bias[e] if t.has_bias else 0.0)
+    view(arena, t.dst, np.float32, t.m * t.n)[:] = out.reshape(-1).astype(np.float32)
+
+
 @reference(T.ScaledQuantize)
 def scaled_quantize(arena, t) -> None:
     """`encode(x / scale(block))`."""

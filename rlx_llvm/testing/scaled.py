@@ -13,7 +13,7 @@ ROWS, COLS = 3, 45          # a short last block in every row
 
 
 def scaled() -> list[Example]:
-    """ScaledQuantScale, ScaledQuantize, ScaledDequantize and ScaledMatMul per layout, on formats of 8, 6 and 4 bits."""
+    """ScaledQuantScale, ScaledQuantize, ScaledDequantize, ScaledMatMul and ScaledGroupedMatMul per layout, on formats of 8, 6 and 4 bits."""
     out = []
     for layout, fmt in zip(LAYOUTS, (F.F8E4M3, F.F6E3M2, F.F4E2M1)):
         name, shape = layout.name, dict(rows=ROWS, cols=COLS, fmt=fmt, layout=layout)
@@ -25,5 +25,11 @@ def scaled() -> list[Example]:
                 example(f"ScaledMatMul/{name}", T.ScaledMatMul(lhs=0, rhs=0, lhs_scale=0, rhs_scale=0, bias=0, dst=0,
                                                                m=ROWS, k=COLS, n=19, lhs_fmt=F.F8E4M3, rhs_fmt=fmt,
                                                                layout=layout, has_bias=True),
-                        rtol=1e-5, lhs=POSITIVE, rhs=POSITIVE, lhs_scale=SCALES[name], rhs_scale=SCALES[name])]
+                        rtol=1e-5, lhs=POSITIVE, rhs=POSITIVE, lhs_scale=SCALES[name], rhs_scale=SCALES[name]),
+                example(f"ScaledGroupedMatMul/{name}",
+                        T.ScaledGroupedMatMul(input=0, weight=0, input_scale=0, weight_scale=0, expert_idx=0, bias=0,
+                                              dst=0, m=ROWS + 2, k=COLS, n=19, num_experts=3, lhs_fmt=F.F8E4M3,
+                                              rhs_fmt=fmt, layout=layout, has_bias=True),
+                        rtol=1e-5, input=POSITIVE, weight=POSITIVE, input_scale=SCALES[name],
+                        weight_scale=SCALES[name], expert_idx=ints(0, 3, "f4"))]
     return out

@@ -7,15 +7,22 @@ either side of it, ±0, denormals, ±inf and NaN.  The compiled codecs must agre
 """
 from __future__ import annotations
 
+import dataclasses
+
 import ml_dtypes as md
 import numpy as np
 import pytest
 
+import rlx_llvm as rl
+from rlx_llvm import reference as reference_registry
 from rlx_llvm import thunks as T
+from rlx_llvm.errors import ExecutionError
+from rlx_llvm.kernels.blas import Status
 from rlx_llvm.ops import ScaledFormat as F, ScaleLayout as L
 from rlx_llvm.thunks.quant import scale_bytes
-from rlx_llvm.reference.scaled import FORMATS, Minifloat, e8m0_decode, e8m0_encode_up, minifloat
-from tests.harness import F32_SPECIALS, W, Suite, assert_close, expect_invalid, suite_tests
+from rlx_llvm.reference.scaled import (FORMATS, Minifloat, block_of, decode, decode_scales, e8m0_decode, e8m0_encode_up,
+                                       minifloat)
+from tests.harness import NAN_FILL, F32_SPECIALS, W, Suite, assert_close, assert_same, expect_invalid, suite_tests
 
 ML_DTYPES = {"F8E4M3": md.float8_e4m3fn, "F8E5M2": md.float8_e5m2, "F8E4M3Fnuz": md.float8_e4m3fnuz,
              "F8E5M2Fnuz": md.float8_e5m2fnuz, "F6E2M3": md.float6_e2m3fn, "F6E3M2": md.float6_e3m2fn,
@@ -99,6 +106,7 @@ def build() -> Suite:
                                                                     dst=s.slot(4 * rows * cols), **shape),
                       dtype=np.float32)
     add_matmuls(s)
+    add_grouped(s)
     return s
 
 
@@ -115,34 +123,88 @@ def finite_codes(s: Suite, fmt, count: int) -> np.ndarray:
 
 def dequantized(fmt, layout, codes: np.ndarray, scales: np.ndarray, rows: int, cols: int) -> np.ndarray:
     """`decode(code)·scale` of test inputs (for the error bound)."""
-    from rlx_llvm.reference.scaled import block_of, decode, decode_scales
     sc = decode_scales(layout, scales.reshape(-1).view(np.uint8))
-    per = np.repeat(sc.reshape(rows, -1), block_of(layout, cols), axis=1)[:, :cols] if layout.name != "PerTensor" \
+    block = block_of(layout, cols)
+    per = np.repeat(sc.reshape(rows, -(-cols // block)), block, axis=1)[:, :cols] if layout.name != "PerTensor" \
         else sc[0]
     return decode(minifloat(fmt), codes).reshape(rows, cols).astype(np.float64) * per
 
 
+def add_matmul(s: Suite, lf, rf, layout, m: int, k: int, n: int, has_bias: bool) -> None:
+    """One ScaledMatMul case on random finite codes, compared within f32 rounding of Σ|a·b|."""
+    lhs, rhs = finite_codes(s, lf, m * k), finite_codes(s, rf, n * k)
+    ls, rs = scale_values(s, layout, m, k), scale_values(s, layout, n, k)
+    if layout.name != "PerTensor":
+        ls[(ls == 0xFF) | (ls == 0x7F)], rs[(rs == 0xFF) | (rs == 0x7F)] = 127, 0x38
+    bias = s.normal(n)
+    a, w = dequantized(lf, layout, lhs, ls, m, k), dequantized(rf, layout, rhs, rs, n, k)
+    bound = 1e-6 * (k + 2) * (np.abs(a) @ np.abs(w).T + np.abs(bias)).reshape(-1) + 1e-30
+    dst, o = s.out(np.float32, m * n)
+    t = T.ScaledMatMul(lhs=s.put(lhs), rhs=s.put(rhs), lhs_scale=s.put(ls), rhs_scale=s.put(rs), bias=s.put(bias),
+                       dst=dst, m=m, k=k, n=n, lhs_fmt=lf, rhs_fmt=rf, layout=layout, has_bias=has_bias)
+    s.add(f"ScaledMatMul-{lf!r}-{rf!r}-{layout!r}-{m}x{k}x{n}-bias{int(has_bias)}", t, [o],
+          compare=lambda g, w_, bound=bound: assert_close(g, w_, 0.0, bound))
+
+
 def add_matmuls(s: Suite) -> None:
-    """ScaledMatMul per format pair, layout and shape (tails, short blocks, several k-chunks), compared within
-    f32 rounding of Σ|a·b|."""
+    """ScaledMatMul per format pair, layout and shape (tails, short blocks, several k-chunks; bias on alternate
+    pairs), and an m = 1 product big enough to split its weight rows across threads."""
     for i, ((lf, rf), layout) in enumerate(zip(MATMUL_FORMATS * 2, LAYOUTS + (L.BlockMxE8M0(block=7),) * 3)):
         for j, (m, k, n) in enumerate(MATMUL_SHAPES):
-            if (i + j) % 2:                     # each shape under four of the eight format/layout pairs
-                continue
-            lhs, rhs = finite_codes(s, lf, m * k), finite_codes(s, rf, n * k)
-            ls, rs = scale_values(s, layout, m, k), scale_values(s, layout, n, k)
-            if layout.name != "PerTensor":
-                ls[(ls == 0xFF) | (ls == 0x7F)], rs[(rs == 0xFF) | (rs == 0x7F)] = 127, 0x38
-            bias = s.normal(n)
-            a, w = dequantized(lf, layout, lhs, ls, m, k), dequantized(rf, layout, rhs, rs, n, k)
-            bound = 1e-6 * (k + 2) * (np.abs(a) @ np.abs(w).T + np.abs(bias)).reshape(-1) + 1e-30
-            for has_bias in (i % 2 == 0,):      # with and without bias on alternate pairs
+            if (i + j) % 2 == 0:                # each shape under four of the eight format/layout pairs
+                add_matmul(s, lf, rf, layout, m, k, n, has_bias=i % 2 == 0)
+    add_matmul(s, F.F8E4M3, F.F8E5M2, L.BlockMxE8M0(block=32), 1, 2048, 2051, has_bias=True)
+
+
+GROUPED = (   # m, k, n, experts, ids (None: interleaved, each row's id ≡ its row mod experts), per-expert twins
+    (0, 45, 19, 3, None, False),                      # no rows
+    (1, 64, 37, 4, [2.0], False),                     # one row, three experts unused
+    (3, 45, 19, 3, [1.0, 1.0, 1.0], False),           # every row one expert
+    (5, W + 3, 2 * W + 3, 2, [1.0, -0.0, 1.0, 0.0, 1.0], False),     # −0.0 is expert 0
+    (7, 300, 70, 3, None, True),                      # several k-chunks, a ragged column panel
+    (13, 2 * W + 3, W - 1, 4, None, True),            # every remainder tile size
+    (3, 0, 5, 2, [1.0, 0.0, 1.0], False),             # k = 0: dst is the bias
+    (16, 512, 300, 3, None, False),                   # column panels split across threads
+)
+GROUPED_TYPES = ((F.F8E4M3, F.F8E5M2, L.BlockMxE8M0(block=32)), (F.F8E5M2Fnuz, F.F4E2M1, L.PerTensor),
+                 (CUSTOM, F.F8E4M3Fnuz, L.Nvfp4(group=5)), (F.F8E4M3, F.F6E3M2, L.BlockMxE8M0(block=W + 3)))
+
+
+def add_grouped(s: Suite) -> None:
+    """ScaledGroupedMatMul per shape (formats and layout cycling), within f32 rounding of Σ|a·b| of the reference;
+    two interleaved cases also as one ScaledMatMul per expert over the same bytes (`per-expert-…`), which their
+    rows must equal bit for bit."""
+    for j, (m, k, n, experts, ids, twins) in enumerate(GROUPED):
+        lf, rf, layout = GROUPED_TYPES[j % len(GROUPED_TYPES)]
+        ids = np.float32(np.arange(m) % experts if ids is None else ids)
+        lhs, rhs = finite_codes(s, lf, m * k), finite_codes(s, rf, experts * n * k)
+        ls = scale_values(s, layout, m, k)
+        rs = np.concatenate([scale_values(s, layout, n, k) for _ in range(experts)])
+        if layout.name != "PerTensor":
+            ls[(ls == 0xFF) | (ls == 0x7F)], rs[(rs == 0xFF) | (rs == 0x7F)] = 127, 0x38
+        bias, has_bias = s.normal(experts * n), j % 2 == 0
+        a = dequantized(lf, layout, lhs, ls, m, k)
+        w = np.stack([dequantized(rf, layout, rhs[e * n * k:(e + 1) * n * k], rs.reshape(experts, -1)[e], n, k)
+                      for e in range(experts)])
+        rows = ids.astype(int)
+        magnitude = np.einsum("ik,ink->in", np.abs(a), np.abs(w[rows])) + np.abs(bias.reshape(experts, n)[rows])
+        bound = 1e-6 * (k + 2) * magnitude.reshape(-1) + 1e-30
+        dst, o = s.out(np.float32, m * n)
+        at = dict(input=s.put(lhs), weight=s.put(rhs), input_scale=s.put(ls), weight_scale=s.put(rs),
+                  bias=s.put(bias))
+        name = f"ScaledGroupedMatMul-{lf!r}-{rf!r}-{layout!r}-{m}x{k}x{n}-E{experts}-bias{int(has_bias)}"
+        s.add(name, T.ScaledGroupedMatMul(expert_idx=s.put(ids), dst=dst, m=m, k=k, n=n, num_experts=experts,
+                                          lhs_fmt=lf, rhs_fmt=rf, layout=layout, has_bias=has_bias, **at),
+              [o], compare=lambda g, w_, bound=bound: assert_close(g, w_, 0.0, bound))
+        if twins:
+            slab, slab_scales = n * k, scale_bytes(layout, n, k)
+            for e in range(experts):
                 dst, o = s.out(np.float32, m * n)
-                t = T.ScaledMatMul(lhs=s.put(lhs), rhs=s.put(rhs), lhs_scale=s.put(ls), rhs_scale=s.put(rs),
-                                   bias=s.put(bias), dst=dst, m=m, k=k, n=n, lhs_fmt=lf, rhs_fmt=rf, layout=layout,
-                                   has_bias=has_bias)
-                s.add(f"ScaledMatMul-{lf!r}-{rf!r}-{layout!r}-{m}x{k}x{n}-bias{int(has_bias)}", t, [o],
-                      compare=lambda g, w_, bound=bound: assert_close(g, w_, 0.0, bound))
+                s.add(f"per-expert-{e}-{name}", T.ScaledMatMul(
+                    lhs=at["input"], rhs=at["weight"] + e * slab, lhs_scale=at["input_scale"],
+                    rhs_scale=at["weight_scale"] + e * slab_scales, bias=at["bias"] + 4 * e * n, dst=dst, m=m, k=k,
+                    n=n, lhs_fmt=lf, rhs_fmt=rf, layout=layout, has_bias=has_bias), [o],
+                    compare=lambda g, w_: None)
 
 
 SUITE = build()
@@ -180,6 +242,52 @@ def test_e8m0_matches_ml_dtypes() -> None:
                           np.uint8([129, 127, 0, 0, 0, 0, 0, 254]))
 
 
+def grouped_cases() -> list:
+    """The grouped cases with per-expert ScaledMatMul twins."""
+    return [c for c in SUITE.cases if c.name.startswith("ScaledGroupedMatMul-")
+            and f"per-expert-0-{c.name}" in SUITE.names]
+
+
+@pytest.mark.parametrize("name", [c.name for c in grouped_cases()])
+def test_grouped_rows_equal_their_experts_matmul(outcome, name: str) -> None:
+    """Row i of a grouped product is bit for bit row i of the ScaledMatMul with expert idx[i]'s slab."""
+    t = outcome.case(name).thunk
+    ids = outcome.before[t.expert_idx:t.expert_idx + 4 * t.m].view(np.float32).astype(int)
+    got = outcome.output(name).reshape(t.m, t.n)
+    per_expert = [outcome.output(f"per-expert-{e}-{name}").reshape(t.m, t.n) for e in range(t.num_experts)]
+    assert sorted(set(ids)) == list(range(t.num_experts))
+    assert_same(got, np.stack([per_expert[e][i] for i, e in enumerate(ids)]), what=name)
+
+
+def bad_grouped(lay: Suite, ids: list[float], experts: int = 2, m: int = 3, k: int = 40, n: int = 5):
+    """A ScaledGroupedMatMul on `lay`'s arena with the given f32 ids."""
+    layout = L.BlockMxE8M0(block=32)
+    return T.ScaledGroupedMatMul(
+        input=lay.put(finite_codes(lay, F.F8E4M3, m * k)), weight=lay.put(finite_codes(lay, F.F8E4M3, experts * n * k)),
+        input_scale=lay.put(np.full(scale_bytes(layout, m, k), 127, np.uint8)),
+        weight_scale=lay.put(np.full(experts * scale_bytes(layout, n, k), 127, np.uint8)),
+        expert_idx=lay.put(np.float32(ids)), bias=lay.put(lay.normal(experts * n)), dst=lay.slot(4 * m * n), m=m, k=k,
+        n=n, num_experts=experts, lhs_fmt=F.F8E4M3, rhs_fmt=F.F8E4M3, layout=layout, has_bias=True)
+
+
+@pytest.mark.parametrize("ids, row", [([0, 1, 2], 2), ([1, 7, 0], 1), ([2, 0, 3e9], 0), ([1, 0, np.inf], 2),
+                                     ([1, 0.5, 1], 1), ([-1, 0, 1], 0), ([0, 1, np.nan], 2), ([1, 1, 1.0001], 2)])
+def test_bad_expert_id_names_its_row(ids: list[float], row: int) -> None:
+    """An id that is not an integer in [0, num_experts) (too big, inf, a fraction, negative, NaN): ExecutionError,
+    INDEX_OUT_OF_RANGE with the first bad row above the low byte, nothing written; the reference raises IndexError
+    naming the row."""
+    lay = Suite(5, fill=NAN_FILL)
+    bad = bad_grouped(lay, ids)
+    arena = lay.arena()
+    with pytest.raises(ExecutionError) as info:
+        rl.compile(rl.ThunkSchedule([bad], arena_bytes=lay.nbytes), cache=False).run(arena)
+    assert info.value.kind == "ScaledGroupedMatMul"
+    assert (info.value.status & 0xFF, info.value.status >> 8) == (Status.INDEX_OUT_OF_RANGE, row)
+    assert (arena.bytes[bad.dst:bad.dst + 4 * bad.m * bad.n] == NAN_FILL).all(), "the failing thunk writes nothing"
+    with pytest.raises(IndexError, match=f"row {row}: .* num_experts 2"):
+        reference_registry.run_thunk(lay.initial_bytes(), bad)
+
+
 # ── bad input ───────────────────────────────────────────────────────────────
 
 def test_custom_format_too_wide_is_refused() -> None:
@@ -199,3 +307,22 @@ def test_minifloat_describes_the_spec_maxima() -> None:
     assert got == {"F8E4M3": 448, "F8E5M2": 57344, "F8E4M3Fnuz": 240, "F8E5M2Fnuz": 57344, "F6E2M3": 7.5,
                    "F6E3M2": 28, "F4E2M1": 6}
     assert float(minifloat(CUSTOM).max_finite) == 1.9375 * 16
+
+
+WIDE = F.Custom(exp_bits=5, mant_bits=3, bias=15)
+CHECK_RULES = [("lhs_fmt", dict(lhs_fmt=WIDE), "≤ 8"), ("rhs_fmt", dict(rhs_fmt=WIDE), "≤ 8"),
+               ("layout", dict(layout=L.Nvfp4(group=0)), "block size"), ("num_experts", dict(num_experts=0), "m = 3")]
+
+
+@pytest.mark.parametrize("kind, field_name, change, match",
+                         [(kind, *rule) for kind in ("ScaledMatMul", "ScaledGroupedMatMul") for rule in CHECK_RULES
+                          if kind == "ScaledGroupedMatMul" or rule[0] != "num_experts"])
+def test_bad_matmul_is_refused(kind: str, field_name: str, change: dict, match: str) -> None:
+    """Each check rule of the two matmuls is a ValidationError naming its field."""
+    lay = Suite(6)
+    t = bad_grouped(lay, [0, 1, 0])
+    if kind == "ScaledMatMul":
+        t = T.ScaledMatMul(lhs=t.input, rhs=t.weight, lhs_scale=t.input_scale, rhs_scale=t.weight_scale, bias=t.bias,
+                           dst=t.dst, m=t.m, k=t.k, n=t.n, lhs_fmt=t.lhs_fmt, rhs_fmt=t.rhs_fmt, layout=t.layout,
+                           has_bias=True)
+    expect_invalid(dataclasses.replace(t, **change), lay.nbytes, field_name, match)
