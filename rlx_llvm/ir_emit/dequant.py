@@ -19,7 +19,7 @@ from llvmlite import ir
 from .. import thunks as T
 from ..errors import ValidationError
 from ..reference.dequant import E2M1, FP8, NVFP4_GROUP, mxfp4x2_planes
-from ..reference.scaled import FORMATS
+from ..reference.scaled import FORMATS, Minifloat
 from ..registry import lowering
 from . import lowp_floats as lp
 from .context import EmitContext
@@ -70,10 +70,23 @@ def int4_codes(ctx: EmitContext, t: T.DequantMatMulInt4, flat: ir.Value, width: 
     return nibbles(ctx, t.w_q, flat, width)
 
 
-def e2m1(ctx: EmitContext, plane: int, flat: ir.Value, width: int) -> ir.Value:
+def values(ctx: EmitContext, f: Minifloat, code: ir.Value, rebias: bool = True) -> ir.Value:
+    """Codes of `f` → f32, through an f16 where the host converts halves in hardware, else by integer bit
+    arithmetic; `rebias=False` leaves out the exact factor `left_out(f)` (for the caller to fold into a scale)."""
+    if lp.f16_decodes(f):
+        return lp.decode_via_f16(ctx, f, code, rebias)
+    return lp.decode(ctx, f, code)
+
+
+def left_out(f: Minifloat) -> float:
+    """The factor `values(…, rebias=False)` leaves out."""
+    return lp.f16_rebias(f) if lp.f16_decodes(f) else 1.0
+
+
+def e2m1(ctx: EmitContext, plane: int, flat: ir.Value, width: int, rebias: bool = True) -> ir.Value:
     """The E2M1 values of the nibbles at `flat…` of `plane`."""
     codes = nibbles(ctx, plane, flat, width)
-    return lp.decode(ctx, E2M1, ctx.b.trunc(codes, vec_like(codes, I8)))
+    return values(ctx, E2M1, ctx.b.trunc(codes, vec_like(codes, I8)), rebias)
 
 
 # ── per kind: a block's scales (at element `at` = kb·n + column of the scale tables) and a row's weights ──
@@ -99,22 +112,23 @@ def fp8_scales(ctx: EmitContext, t: T.DequantMatMulFp8, at: ir.Value, width: int
 
 def fp8_weights(ctx: EmitContext, t: T.DequantMatMulFp8, scales: Scales, flat: ir.Value, width: int) -> ir.Value:
     """`fp8(q)·s` with the IEEE-like E4M3 or E5M2 decoder."""
-    return ctx.b.fmul(lp.decode(ctx, FP8[t.e5m2], ctx.load(t.w_q, I8, flat, width)), scales[0])
+    return ctx.b.fmul(values(ctx, FP8[t.e5m2], ctx.load(t.w_q, I8, flat, width)), scales[0])
 
 
 def nvfp4_scales(ctx: EmitContext, t: T.DequantMatMulNvfp4, at: ir.Value, width: int) -> Scales:
-    """The E4M3 block scale (its NaN codes decoded as 0) and the f32 global scale."""
+    """The E4M3 block scale (its NaN codes decoded as 0) times E2M1's `left_out` factor (exact: |s| ≤ 448),
+    and the f32 global scale."""
     b = ctx.b
-    s = lp.decode(ctx, FORMATS["F8E4M3"], ctx.load(t.scale, I8, at, width))
-    s = b.select(is_nan(b, s), const(F32, 0.0, width), s)
+    s = values(ctx, FORMATS["F8E4M3"], ctx.load(t.scale, I8, at, width))
+    s = b.select(is_nan(b, s), const(F32, 0.0, width), b.fmul(s, const(F32, left_out(E2M1), width)))
     return s, splat(b, ctx.load(t.global_scale, F32, 0), width)
 
 
 def nvfp4_weights(ctx: EmitContext, t: T.DequantMatMulNvfp4, scales: Scales, flat: ir.Value, width: int
                   ) -> ir.Value:
-    """`(e2m1(q)·s)·g` — the first product is exact."""
+    """`(e2m1(q)·s)·g` — the first product is exact (also with E2M1's rebias factor moved into s)."""
     b, (s, g) = ctx.b, scales
-    return b.fmul(b.fmul(e2m1(ctx, t.w_q, flat, width), s), g)
+    return b.fmul(b.fmul(e2m1(ctx, t.w_q, flat, width, rebias=False), s), g)
 
 
 def mxfp4x2_scales(ctx: EmitContext, t: T.DequantMatMulMxFp4x2, at: ir.Value, width: int) -> Scales:

@@ -9,6 +9,8 @@ All work on scalars or `<W x …>` vectors alike, with integer bit arithmetic (n
   even bit trick (the carry walks into the exponent), smaller |x| is `roundeven(|x|·2^(bias−1+M))`;
   the magnitude is clamped to the largest finite code (overflow and ±inf saturate), NaN → 0.
 * E8M0: `2^(b−127)` and its round-up encoding, both from the f32 exponent field.
+* `decode_via_f16`: the same decode through the host's half → float conversion (F16C `vcvtph2ps`), a few
+  instructions per vector for the formats whose exponent fits f16's (used by the dequantizing GEMMs).
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from llvmlite import ir
 
 from ..reference.scaled import E8M0_BIAS, Minifloat
 from .context import EmitContext
-from .toolkit import F32, I32, I8, call_intrinsic, fconst, splat_like, vec_like
+from .. import jit
+from .toolkit import F16, F32, I16, I32, I8, call_intrinsic, fconst, splat_like, vec_like
 
 F32_MANT = 23
 F32_BIAS = 127
@@ -50,6 +53,40 @@ def decode(ctx: EmitContext, f: Minifloat, code: ir.Value) -> ir.Value:
     value = _special(b, f, c, mag, exp, man, value)
     sign = b.shl(b.lshr(c, _k(c, f.sign_shift)), _k(c, 31))
     return _f32(b, b.or_(value, sign))
+
+
+def f16_decodes(f: Minifloat) -> bool:
+    """Whether `decode_via_f16` serves `f` on this host: the host converts halves in hardware (F16C), and
+    f16's 5-bit exponent field holds f's exponent — narrower, or as wide with f16's own inf/NaN codes."""
+    return "+f16c" in jit.host().features.split(",") and (f.exp_bits < 5 or (f.exp_bits == 5 and f.specials == "ieee"))
+
+
+def f16_rebias(f: Minifloat) -> float:
+    """The exact factor `2^(15 − bias)` from `decode_via_f16(…, rebias=False)`'s values to f's."""
+    return 2.0 ** (15 - f.bias)
+
+
+def decode_via_f16(ctx: EmitContext, f: Minifloat, code: ir.Value, rebias: bool = True) -> ir.Value:
+    """i8 codes → f32 values as `decode` gives them, through an f16 (only where `f16_decodes(f)`).
+
+    The code's magnitude bits, mantissa aligned to f16's, and its sign make an f16 worth
+    `value·2^(bias−15)` exactly (normal or subnormal); a non-finite code gets f16's all-ones exponent
+    (its mantissa kept: inf stays inf) or a quiet NaN; the conversion to f32 is exact, and so is the
+    multiply by `f16_rebias(f)` (left to the caller when `rebias` is false, e.g. to fold into a scale)."""
+    b = ctx.b
+    c = b.zext(code, vec_like(code, I16))
+    c = b.and_(c, _k(c, (2 << f.sign_shift) - 1))
+    mag = b.and_(c, _k(c, (1 << f.sign_shift) - 1))
+    bits = b.or_(b.shl(mag, _k(c, 10 - f.mant_bits)), b.shl(b.lshr(c, _k(c, f.sign_shift)), _k(c, 15)))
+    if f.specials == "ieee":
+        top = ((1 << f.exp_bits) - 1) << f.mant_bits
+        bits = b.select(b.icmp_unsigned(">=", mag, _k(c, top)), b.or_(bits, _k(c, 0x7C00)), bits)
+    elif f.specials == "ocp":
+        bits = b.select(b.icmp_unsigned("==", mag, _k(c, (1 << f.sign_shift) - 1)), _k(c, 0x7E00), bits)
+    elif f.specials == "fnuz":
+        bits = b.select(b.icmp_unsigned("==", c, _k(c, 1 << f.sign_shift)), _k(c, 0x7E00), bits)
+    value = b.fpext(b.bitcast(bits, vec_like(c, F16)), vec_like(c, F32))
+    return b.fmul(value, fconst(value, f16_rebias(f))) if rebias and f.bias != 15 else value
 
 
 def _special(b: ir.IRBuilder, f: Minifloat, c: ir.Value, mag: ir.Value, exp: ir.Value, man: ir.Value,

@@ -21,9 +21,11 @@ import numpy as np
 import pytest
 
 from rlx_llvm import thunks as T
+from rlx_llvm.ir_emit import lowp_floats as lp
 from rlx_llvm.reference import dequant as ref
+from rlx_llvm.reference.scaled import FORMATS, decode
 from rlx_llvm.thunks.base import USIZE_MAX
-from tests.harness import W, Suite, assert_close, assert_same, expect_invalid, suite_tests
+from tests.harness import W, Kernel, Suite, assert_close, assert_same, expect_invalid, run_on_copy, suite_tests
 
 
 def cdiv(a: int, b: int) -> int:
@@ -225,6 +227,42 @@ def test_matches_spec_decode(outcome, case: str) -> None:
     t = outcome.case(case).thunk
     got = outcome.output(case).reshape(t.m, t.n)
     assert_close(got, x @ w, rtol=1e-5, atol=1e-5 * np.abs(x) @ np.abs(w), what=case)
+
+
+def test_integer_decoders_give_the_same_bytes(outcome, monkeypatch) -> None:
+    """With the f16 conversion path switched off (hosts without F16C), the integer-bit decoders give
+    byte-identical outputs: every decode case and the threaded case of each float kind."""
+    host_converts = lp.f16_decodes(FORMATS["F4E2M1"])
+    monkeypatch.setattr(lp, "f16_decodes", lambda f: False)
+    keep = [c.name for c in SUITE.cases if c.name.startswith("decode") or
+            c.name.split("-9x131x301")[0] in ("Fp8-e4m3", "Fp8-e5m2", "Nvfp4", "MxFp4x2")]
+    assert len(keep) == 9
+    program = SUITE.subset(lambda c: c.name in keep).compile()
+    assert " half" not in program.llvm_ir() and (" half" in outcome.program.llvm_ir()) == host_converts
+    got = run_on_copy(program, outcome.before)
+    for name in keep:
+        assert_same(outcome.output(name, arena=got), outcome.output(name), what=name)
+
+
+class Builder:
+    """What `lowp_floats` needs of an EmitContext in a bare kernel: the builder."""
+
+    def __init__(self, b) -> None:
+        self.b = b
+
+
+@pytest.mark.parametrize("name", [*FORMATS, "RLX-E4M3"])
+def test_decode_via_f16_matches_decode(jit, name: str) -> None:
+    """`decode_via_f16` gives `decode`'s value for every code of every format it serves (E5M2 FNUZ, whose
+    exponent 31 is finite, is not served), in vectors and in scalars."""
+    f = ref.RLX_E4M3 if name == "RLX-E4M3" else FORMATS[name]
+    if not lp.f16_decodes(f):
+        assert name == "F8E5M2Fnuz" or "+f16c" not in lp.jit.host().features.split(",")
+        return
+    kernel = Kernel(f"via_f16_{name}", lambda b, code: lp.decode_via_f16(Builder(b), f, code), ins=("bool",))
+    every_byte = np.arange(256, dtype=np.uint8)
+    got = jit.build(f"dequant_via_f16_{name}", [kernel])[kernel.name](every_byte)
+    assert_same(got, decode(f, every_byte), what=name)
 
 
 def test_nibble_order_hand_example() -> None:
