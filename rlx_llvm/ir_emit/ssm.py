@@ -4,7 +4,8 @@
 * **Diagonal scans** (`SelectiveScan`, `Mamba2`): every row of the state — a channel's `h[c, :]`, a
   head's `S[p, :]` — is an independent recurrence `h ← decay ⊙ h + u·B_t`, `y_t = Σ C_t ⊙ h`.  A row
   keeps its `n ≤ 128` state values in registers across the whole sequence (`strips`: vectors of
-  `ctx.lanes`, then narrower power-of-two vectors for the tail), and rows split across threads.
+  `ctx.lanes`, then narrower power-of-two vectors for the tail).  Up to 8 neighbouring rows step
+  together (sharing B_t, C_t and the cache lines and pages of x, Δ, y); groups split across threads.
 * **Gated DeltaNet**: per (batch, head) the `n × n` state lives in per-thread scratch (L1/L2) across
   tokens; every column strip of it is its own recurrence given k, so a token is two passes over the
   rows per strip of `W` columns with the strip's accumulators in registers: `sk = Σ_i k_i·α_i S[i]`,
@@ -88,86 +89,116 @@ def split_rows(ctx: EmitContext, rows: int, work_per_row: int, body: Callable[[E
 
 # ── diagonal scans: SelectiveScan, Mamba2 ────────────────────────────────────
 
-class Step(NamedTuple):
-    """What one time step of one state row reads: the decay of strip `(first, width)`, the input weight
-    `u` (Δ·x), where B_t / C_t start, where y_t goes."""
+class Row(NamedTuple):
+    """What one state row reads at one time step: the decay of its strip `(first, width)`, its input
+    weight `u` (Δ·x), where its y_t goes."""
 
     decay: Callable[[int, int], ir.Value]
     u: ir.Value
-    bc_at: Index
     y_at: Index
 
 
-def diagonal_scan(ctx: EmitContext, t: "T.SelectiveScan | T.Mamba2", n: int, row: ir.Value,
-                  step: Callable[[ir.Value], Step]) -> None:
-    """One row: `h ← decay ⊙ h + u·B_t`, `y_t = Σ C_t ⊙ h` for t < seq, h in registers from 0."""
+def group_size(n: int, lanes: int) -> int:
+    """Rows stepped together: up to 8 (neighbouring channels share the cache lines and pages of x, Δ, y),
+    with at most 16 state vectors between them."""
+    return max(1, min(8, 16 // len(strips(0, n, lanes))))
+
+
+def diagonal_scan(ctx: EmitContext, t: "T.SelectiveScan | T.Mamba2", n: int,
+                  step: Callable[[ir.Value], tuple[Index, list[Row]]], rows: int) -> None:
+    """`rows` rows at once: `h ← decay ⊙ h + u·B_t`, `y_t = Σ C_t ⊙ h` for t < seq, every h in registers
+    from 0; `step(t)` gives where B_t / C_t start (shared by the rows) and each row's `Row`."""
     b = ctx.b
     parts = strips(0, n, ctx.lanes)
 
     def advance(tt: ir.Value, h: list[ir.Value]) -> list[ir.Value]:
-        s = step(tt)
+        bc_at, each = step(tt)
+        bs = [ctx.load(t.b, F32, iadd(b, bc_at, i), w) for i, w in parts]
+        cs = [ctx.load(t.c, F32, iadd(b, bc_at, i), w) for i, w in parts]
         new, ys = [], []
-        for (i, w), hv in zip(parts, h):
-            drive = b.fmul(splat(b, s.u, w), ctx.load(t.b, F32, iadd(b, s.bc_at, i), w), flags=FASTMATH)
-            hv = fmadd(b, s.decay(i, w), hv, drive)
-            new.append(hv)
-            ys.append(b.fmul(ctx.load(t.c, F32, iadd(b, s.bc_at, i), w), hv, flags=FASTMATH))
-        ctx.store(t.dst, lane_sum(ctx, ys), s.y_at)
+        for r, row in enumerate(each):
+            terms = []
+            for k, (i, w) in enumerate(parts):
+                drive = b.fmul(splat(b, row.u, w), bs[k], flags=FASTMATH)
+                hv = fmadd(b, row.decay(i, w), h[r * len(parts) + k], drive)
+                new.append(hv)
+                terms.append(b.fmul(cs[k], hv, flags=FASTMATH))
+            ys.append(lane_sum(ctx, terms))
+        for row, y in zip(each, ys):
+            ctx.store(t.dst, y, row.y_at)
         return new
 
-    carried_loop(ctx, 0, t.seq, 1, [const(F32, 0.0, w) for _, w in parts], advance, name="t")
+    carried_loop(ctx, 0, t.seq, 1, [const(F32, 0.0, w) for _ in range(rows) for _, w in parts], advance, name="t")
+
+
+def grouped_rows(ctx: EmitContext, outer: int, inner: int, group: int, work_per_row: int,
+                 body: Callable[[EmitContext, ir.Value, ir.Value, int], None]) -> None:
+    """`body(ctx, o, first, size)` over groups of `size` neighbouring rows `first…` of each `o < outer`
+    (`inner` rows each): whole groups of `group`, then the rows left over one by one; across threads."""
+    full = inner // group
+    for size, count, base in ((group, full, 0), (1, inner - full * group, full * group)):
+        if count:
+            def run(sub: EmitContext, r: ir.Value, size: int = size, count: int = count, base: int = base) -> None:
+                b = sub.b
+                first = b.add(I64(base), b.mul(b.urem(r, I64(count)), I64(size)))
+                body(sub, b.udiv(r, I64(count)), first, size)
+            split_rows(ctx, outer * count, work_per_row * size, run)
 
 
 @lowering(T.SelectiveScan, check=check_state_size)
 def selective_scan(ctx: EmitContext, t: T.SelectiveScan) -> None:
-    """Rows are (batch, channel): decay `exp(Δ·A[c, :])`, `u = Δ·x`, B/C shared by the batch's channels."""
+    """Rows are the channels of a batch: decay `exp(Δ·A[c, :])`, `u = Δ·x`, B/C shared by the channels."""
     n, d = t.state_size, t.hidden
 
-    def row(sub: EmitContext, r: ir.Value) -> None:
+    def channels(sub: EmitContext, batch: ir.Value, first: ir.Value, size: int) -> None:
         b = sub.b
-        batch, c = b.udiv(r, I64(d)), b.urem(r, I64(d))
-        a = {i: sub.load(t.a, F32, iadd(b, imul(b, c, n), i), w) for i, w in strips(0, n, sub.lanes)}
+        cs = [iadd(b, first, g) for g in range(size)]
+        a = [{i: sub.load(t.a, F32, iadd(b, imul(b, c, n), i), w) for i, w in strips(0, n, sub.lanes)} for c in cs]
 
-        def step(tt: ir.Value) -> Step:
+        def step(tt: ir.Value) -> tuple[Index, list[Row]]:
             bt = b.add(b.mul(batch, I64(t.seq)), tt)
-            at = b.add(b.mul(bt, I64(d)), c)
-            delta = sub.load(t.delta, F32, at)
-            u = b.fmul(delta, sub.load(t.x, F32, at), flags=FASTMATH)
-            return Step(lambda i, w: exp(b, b.fmul(splat(b, delta, w), a[i], flags=FASTMATH)),
-                        u, b.mul(bt, I64(n)), at)
+            rows = []
+            for c, ac in zip(cs, a):
+                at = b.add(b.mul(bt, I64(d)), c)
+                delta = sub.load(t.delta, F32, at)
+                u = b.fmul(delta, sub.load(t.x, F32, at), flags=FASTMATH)
+                rows.append(Row(lambda i, w, delta=delta, ac=ac: exp(b, b.fmul(splat(b, delta, w), ac[i],
+                                                                                flags=FASTMATH)), u, at))
+            return b.mul(bt, I64(n)), rows
 
-        diagonal_scan(sub, t, n, r, step)
+        diagonal_scan(sub, t, n, step, size)
 
     if t.seq:
-        split_rows(ctx, t.batch * d, t.seq * n, row)
+        grouped_rows(ctx, t.batch, d, group_size(n, ctx.lanes), t.seq * n, channels)
 
 
 @lowering(T.Mamba2, check=check_state_size)
 def mamba2(ctx: EmitContext, t: T.Mamba2) -> None:
-    """Rows are (batch, head, p): decay `exp(dt·a[h])` (one scalar per step), `u = dt·x[p]`."""
+    """Rows are the p of a (batch, head): decay `exp(dt·a[h])` (one scalar per step), `u = dt·x[p]`."""
     n, h, p = t.state_size, t.heads, t.head_dim
 
-    def row(sub: EmitContext, r: ir.Value) -> None:
+    def rows_of_head(sub: EmitContext, bh: ir.Value, first: ir.Value, size: int) -> None:
         b = sub.b
-        bh, pi = b.udiv(r, I64(p)), b.urem(r, I64(p))
         batch, head = b.udiv(bh, I64(h)), b.urem(bh, I64(h))
         a = sub.load(t.a, F32, head)
 
-        def step(tt: ir.Value) -> Step:
+        def step(tt: ir.Value) -> tuple[Index, list[Row]]:
             bsh = b.add(b.mul(b.add(b.mul(batch, I64(t.seq)), tt), I64(h)), head)
             dt = sub.load(t.dt, F32, bsh)
             decay = exp(b, b.fmul(dt, a, flags=FASTMATH))
-            at = b.add(b.mul(bsh, I64(p)), pi)
-            return Step(lambda i, w: splat(b, decay, w), b.fmul(dt, sub.load(t.x, F32, at), flags=FASTMATH),
-                        b.mul(bsh, I64(n)), at)
+            rows = []
+            for g in range(size):
+                at = b.add(b.mul(bsh, I64(p)), iadd(b, first, g))
+                rows.append(Row(lambda i, w: splat(b, decay, w), b.fmul(dt, sub.load(t.x, F32, at), flags=FASTMATH),
+                                at))
+            return b.mul(bsh, I64(n)), rows
 
-        diagonal_scan(sub, t, n, r, step)
+        diagonal_scan(sub, t, n, step, size)
 
     if t.seq:
-        split_rows(ctx, t.batch * h * p, t.seq * n, row)
+        grouped_rows(ctx, t.batch * h, p, group_size(n, ctx.lanes), t.seq * n, rows_of_head)
 
 
-# ── gated DeltaNet ───────────────────────────────────────────────────────────
 
 class Token(NamedTuple):
     """One token of one (batch, head): where its q/k/v/dy rows start (`row`), its beta / scalar-gate index

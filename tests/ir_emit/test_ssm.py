@@ -142,8 +142,8 @@ def build() -> Suite:
     s = Suite(21, rtol=RTOL)
     for seq in (0, 1, 13):
         for n in (W - 1, W, W + 1):
-            add_selective_scan(s, 2, seq, 5, n)
-            add_mamba2(s, 2, seq, 3, 5, n)
+            add_selective_scan(s, 2, seq, 11, n)      # 11 rows: whole groups of neighbours, then single rows
+            add_mamba2(s, 2, seq, 3, 11, n)
     add_selective_scan(s, 1, 9, 3, 1)
     add_selective_scan(s, 1, 6, 2, 128)
     add_selective_scan(s, 2, 40, 64, 17)          # rows split across threads
