@@ -7,8 +7,10 @@ of the three encoders at batch 1 and 8, one and two threads, in one run.
 
 Each thread count runs in its own worker process (thread pools pinned before NumPy loads).  Per
 shape the three encoders are interleaved round by round, each timed call preceded by one untimed
-call; medians in ms and ratios f32 ÷ quantized (> 1: the quantized encoder is faster).
-`--profile` times layer 0 thunk by thunk (each compiled alone, run on the arena of a real run)
+call; medians in ms and ratios f32 ÷ quantized (> 1: the quantized encoder is faster), of wall
+time and, for a machine shared with other jobs, of this process's CPU time (at one thread the
+CPU time does not count the time the process waits for a core).
+`--profile` times (CPU time) layer 0 thunk by thunk (each compiled alone, run on the arena of a real run)
 for each quantized format, next to the f32 `FusedBertLayer` and an f32 `Sgemm` of each GEMM's shape.
 """
 from __future__ import annotations
@@ -49,34 +51,40 @@ def inputs(enc, batch: int, seq: int):
 
 def time_shapes(encoders: dict, shapes, rounds: int, threads: int) -> None:
     """One table row per shape: the median of each encoder, interleaved round by round."""
-    print(f"{'threads':>7} {'shape':>7} " + " ".join(f"{q + ' ms':>9}" for q in QUANTS)
-          + " " + " ".join(f"{'f32/' + q:>9}" for q in QUANTS[1:]))
+    ratios = [f"{'f32/' + q:>9}" for q in QUANTS[1:]]
+    print(f"{'threads':>7} {'shape':>7} " + " ".join(f"{q + ' ms':>9}" for q in QUANTS) + " " + " ".join(ratios)
+          + "  CPU time: " + " ".join(f"{q + ' ms':>9}" for q in QUANTS) + " " + " ".join(ratios))
     for batch, seq in shapes:
         ids, mask = inputs(encoders["f32"], batch, seq)
-        times: dict[str, list[float]] = {q: [] for q in QUANTS}
+        wall: dict[str, list[float]] = {q: [] for q in QUANTS}
+        cpu: dict[str, list[float]] = {q: [] for q in QUANTS}
         for enc in encoders.values():
             enc.embed_tokens(ids, mask)  # compile (or load from the object cache)
         for _ in range(rounds):
             for q, enc in encoders.items():
                 enc.embed_tokens(ids, mask)
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 enc.embed_tokens(ids, mask)
-                times[q].append((time.perf_counter() - t0) * 1e3)
-        med = {q: median_ms(times[q]) for q in QUANTS}
-        print(f"{threads:>7} {f'{batch}x{seq}':>7} " + " ".join(f"{med[q]:9.2f}" for q in QUANTS)
-              + " " + " ".join(f"{med['f32'] / med[q]:9.2f}" for q in QUANTS[1:]), flush=True)
+                wall[q].append((time.perf_counter() - t0) * 1e3)
+                cpu[q].append((time.process_time() - c0) * 1e3)
+        columns = []
+        for times in (wall, cpu):
+            med = {q: median_ms(times[q]) for q in QUANTS}
+            columns.append(" ".join(f"{med[q]:9.2f}" for q in QUANTS) + " "
+                           + " ".join(f"{med['f32'] / med[q]:9.2f}" for q in QUANTS[1:]))
+        print(f"{threads:>7} {f'{batch}x{seq}':>7} " + columns[0] + "            " + columns[1], flush=True)
 
 
 def thunk_ms(thunk, arena, rounds: int) -> float:
-    """Median ms of one thunk compiled alone, run on `arena` (whose bytes it reads and writes)."""
+    """Median CPU ms of one thunk compiled alone, run on `arena` (whose bytes it reads and writes)."""
     import rlx_llvm as rl
     prog = rl.compile(rl.ThunkSchedule([thunk], arena_bytes=arena.nbytes))
     prog.run(arena)
     samples = []
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         prog.run(arena)
-        samples.append((time.perf_counter() - t0) * 1e3)
+        samples.append((time.process_time() - t0) * 1e3)
     return median_ms(samples)
 
 
@@ -99,7 +107,7 @@ def profile(encoders: dict, batch: int, seq: int, rounds: int) -> None:
     from rlx_llvm.models.bert import LINEARS, encoder_schedule
     ids, mask = inputs(encoders["f32"], batch, seq)
     m = batch * seq
-    print(f"\nprofile, layer 0 of 6 at {batch}x{seq} (m = {m}), one thread:")
+    print(f"\nprofile, layer 0 of 6 at {batch}x{seq} (m = {m}), one thread, CPU time:")
     f32 = encoders["f32"]
     f32.embed_tokens(ids, mask)
     sched, _ = encoder_schedule(f32.config, f32.weights, batch, seq, f32.pooling, "f32")
