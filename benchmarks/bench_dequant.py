@@ -28,19 +28,11 @@ from rlx_llvm import reference  # noqa: E402
 from rlx_llvm import thunks as T  # noqa: E402
 from rlx_llvm.kernels.threads import set_num_threads  # noqa: E402
 from rlx_llvm.reference import dequant as ref  # noqa: E402
+from bench_gguf import compiled, slots  # noqa: E402  (the same arena helpers)
 
 K = N = 4096
 BLOCK = 32
 Run = Callable[[], object]
-
-
-def slots(*nbytes: int) -> tuple[list[int], int]:
-    """64-byte-aligned offsets of consecutive buffers, and the arena size."""
-    offs, top = [], 0
-    for n in nbytes:
-        offs.append(top)
-        top += -(-n // 64) * 64
-    return offs, top
 
 
 def weights(kind: str, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict]:
@@ -63,14 +55,6 @@ def weights(kind: str, rng: np.random.Generator) -> tuple[dict[str, np.ndarray],
 
 KINDS = {"Int8": T.DequantMatMul, "Int4": T.DequantMatMulInt4, "Fp8-e4m3": T.DequantMatMulFp8,
          "Fp8-e5m2": T.DequantMatMulFp8, "Nvfp4": T.DequantMatMulNvfp4, "MxFp4x2": T.DequantMatMulMxFp4x2}
-
-
-def compiled(thunk: T.Thunk, size: int, data: dict[int, np.ndarray]) -> tuple[Run, rl.Arena]:
-    """The thunk compiled alone over an arena holding `data` (offset → array)."""
-    program, arena = rl.compile(rl.ThunkSchedule([thunk], arena_bytes=size)), rl.Arena(size)
-    for at, values in data.items():
-        arena.write(at, values)
-    return (lambda: program.run(arena)), arena
 
 
 def dequant_row(kind: str, x: np.ndarray, rng: np.random.Generator) -> tuple[Run, Run, int]:
