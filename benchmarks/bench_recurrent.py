@@ -7,7 +7,8 @@ one-layer, one-direction batch-1 case.  The weights are torch's random init; the
 packed per (layer, direction) (same gate order as torch), ONNX Runtime gets one LSTM/GRU node per layer
 (gates reordered to ONNX's i,o,f,c / z,r,h; GRU with linear_before_reset=1), time-major input.
 Every implementation's output is checked against torch's before timing.  Optional: torch,
-onnxruntime (rows skipped when missing).  Times are medians of interleaved rounds.
+onnxruntime (rows skipped when missing).  Times are medians of interleaved rounds, wall and the
+calling thread's CPU time.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from rlx_llvm import reference  # noqa: E402
 from rlx_llvm import thunks as T  # noqa: E402
 from rlx_llvm.kernels.threads import set_num_threads  # noqa: E402
 from bench_gemm import _slots as slots  # noqa: E402
+from bench_qgemm import cpu_timed  # noqa: E402  (per-call CPU time of the calling thread)
 
 ONNX_ORDER = {"lstm": (0, 3, 1, 2), "gru": (1, 0, 2)}  # our (torch's) gate blocks in ONNX's order
 
@@ -118,7 +120,8 @@ def main() -> None:
     set_num_threads(1)
     import torch
     torch.set_num_threads(1)
-    table = common.Table(["cell", "batch", "layers×dirs", "impl", "ms", "× rlx", "max |Δ| vs torch"], left=["impl"],
+    table = common.Table(["cell", "batch", "layers×dirs", "impl", "ms", "× rlx", "cpu ms", "cpu × rlx",
+                          "max |Δ| vs torch"], left=["impl"],
                          title=f"seq {args.seq}, input 256, hidden 256, one thread — {common.cpu_name()}")
     configs = [(cell, b, 2, True) for cell in ("lstm", "gru") for b in (1, 16)] + \
               [(cell, 1, 1, False) for cell in ("lstm", "gru")]
@@ -138,14 +141,19 @@ def main() -> None:
             table.note("onnxruntime not installed: its rows are skipped")
         if batch == 1:
             fns["numpy reference (f64)"] = ref
+        cpu = {name: common.Timing() for name in fns}
         with torch.no_grad():
-            times = common.interleaved(fns, rounds=args.rounds if batch == 1 else max(3, args.rounds // 2))
+            times = common.interleaved({name: cpu_timed(fn, cpu[name].samples) for name, fn in fns.items()},
+                                       rounds=args.rounds if batch == 1 else max(3, args.rounds // 2), warmup=1)
         for name, timing in times.items():
+            del cpu[name].samples[:1]
             ratio = common.paired_ratio(timing, times["rlx"])
             table.add(cell, batch, f"{layers}×{2 if bidir else 1}", name, common.fmt_ms(timing.median),
-                      f"{ratio:.2f}", f"{diffs[name]:.1e}" if name in diffs else "")
+                      f"{ratio:.2f}", common.fmt_ms(cpu[name].median), f"{cpu[name].median / cpu['rlx'].median:.2f}",
+                      f"{diffs[name]:.1e}" if name in diffs else "")
         table.rule()
-    table.note(f"load average {common.load_average()}; × rlx = median of per-round time ratios")
+    table.note(f"load average {common.load_average()}; × rlx = median of per-round wall-time ratios; "
+               "cpu = the calling thread's CPU time per call (steadier on a loaded machine)")
     print(table)
 
 

@@ -34,6 +34,7 @@ from ..errors import ValidationError
 from ..kernels.blas import BLAS_INT_MAX
 from ..registry import lowering
 from ..thunks.base import cdiv
+from . import elementmath as em
 from . import vecmath as vm
 from .blas_calls import FortranArgs
 from .context import ArenaRef, EmitContext, ScratchRef, pointer
@@ -62,14 +63,11 @@ def gru_step(b: ir.IRBuilder, zx: list[ir.Value], zh: list[ir.Value], h: ir.Valu
 
 
 def rnn_step(relu: bool) -> Step:
-    """`h' = act(zx + zh)`: relu (NaN kept) or tanh."""
+    """`h' = act(zx + zh)`: tanh, or RLX's Relu (Rust `max(x, 0)`: NaN → 0, −0 → +0)."""
     def step(b: ir.IRBuilder, zx: list[ir.Value], zh: list[ir.Value], h: ir.Value, c: ir.Value
              ) -> tuple[ir.Value, ir.Value]:
         z = b.fadd(zx[0], zh[0])
-        if relu:
-            zero = splat_like(z, 0.0)
-            return b.select(b.fcmp_ordered("<", z, zero), zero, z), c
-        return vm.tanh(b, z), c
+        return (em.rust_max(b, z, splat_like(z, 0.0)) if relu else vm.tanh(b, z)), c
     return step
 
 
@@ -98,11 +96,15 @@ def cell_of(t: T._Recurrent) -> Cell:
 
 
 def tile_shape(lanes: int, gates: int, hidden: int, batch: int) -> tuple[int, int]:
-    """(vectors per panel, batch rows per tile): `rows·gates·nv` accumulators fill the register budget;
-    with one row the panel is as wide as it can be, with more rows half the budget goes to width."""
+    """(vectors per panel, batch rows per tile): `rows·gates·nv` accumulators fill the register budget
+    (and with the row broadcasts and one weight vector fit the register file);
+    with one row the panel may take all of it, with more rows half.  Among the widths that fit, the
+    one that pads H least (panels are streamed every step: padding is wasted traffic), then the widest."""
     budget = ACCUMULATORS.get(lanes, 12)
-    nv = max(1, min(cdiv(hidden, lanes), budget // gates // (1 if batch == 1 else 2)))
-    return nv, max(1, min(batch, budget // (gates * nv)))
+    widest = max(1, min(cdiv(hidden, lanes), budget // gates // (1 if batch == 1 else 2)))
+    nv = min(range(1, widest + 1), key=lambda v: (cdiv(hidden, v * lanes) * v * lanes - hidden, -v))
+    registers = 32 if lanes >= 16 else 16  # live in the k loop: rows·G·nv sums, rows broadcasts, one weight
+    return nv, max(1, min(batch, budget // (gates * nv), (registers - 1) // (gates * nv + 1)))
 
 
 # ── internal functions per cell and tile shape ───────────────────────────────

@@ -42,10 +42,10 @@ def gru_cell(zx: np.ndarray, zh: np.ndarray, h: np.ndarray, c: np.ndarray) -> tu
 
 
 def rnn_cell(relu: bool) -> Cell:
-    """`h' = act(zx + zh)`, act = relu (NaN kept) or tanh."""
+    """`h' = act(zx + zh)`, act = tanh or RLX's Relu (Rust `max(x, 0)`: NaN → 0, −0 → +0)."""
     def cell(zx: np.ndarray, zh: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         z = zx + zh
-        return (np.where(z < 0.0, 0.0, z) if relu else np.tanh(z)), c
+        return (np.where(z > 0.0, z, 0.0) if relu else np.tanh(z)), c
     return cell
 
 

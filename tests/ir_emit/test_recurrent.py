@@ -8,6 +8,7 @@
   `linear_before_reset=1` for PyTorch's GRU; layers chained by hand) and, if installed, against
   torch.nn.LSTM / GRU / RNN.
 * 1 vs 2 threads identical; nothing outside dst and the carried states changes.
+* RLX's Relu for Rnn: a NaN pre-activation gives 0.
 * Bad input: no layers, dims past the BLAS integer bound, a weight buffer one byte short.
 """
 from __future__ import annotations
@@ -43,12 +44,16 @@ def weight_count(cell: str, s: Shape) -> tuple[int, int, int]:
     return w_ih, s.layers * d * g * h * h, s.layers * d * g * h
 
 
-def add_case(suite: Suite, cell: str, s: Shape, x_scale: float = 1.0, tag: str = "") -> str:
-    """A case with weights ~ N(0, 1/H) (states stay in tanh's live range); returns its name."""
+def add_case(suite: Suite, cell: str, s: Shape, x_scale: float = 1.0, tag: str = "", nan_step: int = -1) -> str:
+    """A case with weights ~ N(0, 1/H) (states stay in tanh's live range), x of batch row 0 at step
+    `nan_step` NaN if given; returns its name."""
     kind, d = KINDS[cell], 1 + s.bidir
     w_ih, w_hh, bias = weight_count(cell, s)
     std = s.hidden ** -0.5
-    fields = dict(x=suite.put(suite.normal(s.batch * s.seq * s.input_size, scale=x_scale)),
+    x = suite.normal(s.batch * s.seq * s.input_size, scale=x_scale)
+    if nan_step >= 0:
+        x[nan_step * s.input_size] = np.nan
+    fields = dict(x=suite.put(x),
                   w_ih=suite.put(suite.normal(w_ih, scale=std)), w_hh=suite.put(suite.normal(w_hh, scale=std)))
     if kind is T.Gru:
         fields |= dict(b_ih=suite.put(suite.normal(bias, scale=0.5)), b_hh=suite.put(suite.normal(bias, scale=0.5)))
@@ -81,6 +86,7 @@ def build() -> Suite:
         add_case(s, cell, Shape(7, 4, 3, 6, 2, False, True))             # full and partial row tiles
         add_case(s, cell, Shape(3, 9, 4, W + 1, 1, True, True), x_scale=30.0, tag="-saturated")
     add_case(s, "lstm", Shape(2, 3, 0, 5, 2, True, False))                # no input features
+    add_case(s, "rnn_relu", Shape(1, 3, 4, 5, 1, False, False), tag="-nan", nan_step=1)  # RLX Relu: NaN → 0
     return s
 
 
@@ -206,7 +212,14 @@ def torch_run(t, u: Unpacked) -> tuple[np.ndarray, list[np.ndarray]]:
     return y.numpy(), [f.numpy() for f in finals]
 
 
-ORACLE_CASES = [c.name for c in SUITE.cases if c.thunk.seq > 0 and c.thunk.input_size > 0]
+ORACLE_CASES = [c.name for c in SUITE.cases if c.thunk.seq > 0 and c.thunk.input_size > 0 and "nan" not in c.name]
+
+
+def test_relu_of_nan_is_zero(outcome) -> None:
+    """RLX's Relu is Rust `max(x, 0)`: the step whose input holds a NaN gives h = 0 (torch would give NaN)."""
+    out = outcome.output("rnn_relu-b1s3i4h5-L1-nan").reshape(3, 5)
+    np.testing.assert_array_equal(out[1], np.zeros(5, np.float32))
+    assert np.isfinite(out).all() and out[2].any()
 
 
 def check_oracle(outcome, name: str, run) -> None:
