@@ -323,8 +323,9 @@ def dequant_matmul_mlx(ctx: EmitContext, t: T.DequantMatMulMlx) -> None:
     ctx.parallel_for(t.n, columns, grain=NR, min_work=min_work(w, t.m))
 
 
-def expert_status(ctx: EmitContext, t: T.DequantGroupedMatMulMlx, i: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """(whether row `i`'s f32 id is an integer in `[0, num_experts)`, the status naming the row)."""
+def expert_status(ctx: EmitContext, t: T.Thunk, i: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(whether row `i`'s f32 id in `t.expert_idx` is an integer in `[0, t.num_experts)`, the status
+    `INDEX_OUT_OF_RANGE | i << 8` naming the row) — for `fail_unless`; any grouped thunk with those fields."""
     b = ctx.b
     expert = expert_of(ctx, t.expert_idx, i)
     exact = b.fcmp_ordered("==", b.uitofp(expert, F32), ctx.load(t.expert_idx, F32, i))
