@@ -405,40 +405,39 @@ def backward_token(it: DeltaNetHead, grads: Gradients, tok: Token, prev: Index, 
 
 @lowering(T.GatedDeltaNetBackward, check=check_state_size)
 def gated_delta_net_backward(ctx: EmitContext, t: T.GatedDeltaNetBackward) -> None:
-    """Per (batch, head): a forward pass keeping the state every `chunk` tokens, then chunks in reverse —
-    each chunk's states recomputed from its checkpoint, its tokens undone last to first; dstate = the final dS."""
+    """Per (batch, head), 2·chunks passes over chunks of tokens, each running the chunk forward from its
+    checkpoint and keeping every state: chunks 0, 1, … (the state after one is the next one's checkpoint),
+    then chunks in reverse (its tokens undone last to first).  dstate = the final dS."""
     n = t.state_size
     if not n:
         return
     chunk, chunks = checkpointing(t.seq)
     size = n * n
-    first_buf, ds = chunks * size, (chunks + chunk) * size     # states: checkpoints ‖ one chunk ‖ dS
+    first_buf, ds = chunks * size, (chunks + chunk + 1) * size   # states: checkpoints ‖ a chunk's ‖ dS
 
     def head(sub: EmitContext, bh: ir.Value) -> None:
         b = sub.b
-        it = DeltaNetHead(sub, t, bh, states=chunks + chunk + 1)
+        it = DeltaNetHead(sub, t, bh, states=chunks + chunk + 2)
         grads = Gradients(sub, t)
-        it.initial_state(first_buf)
-        with sub.for_range(0, chunks, name="ckpt") as c:
-            it.copy(it.pointer(b.mul(c, I64(size))), it.pointer(first_buf))
-            start = b.mul(c, I64(chunk))
-            stop = b.select(b.icmp_signed("<", b.add(start, I64(chunk)), I64(t.seq)), b.add(start, I64(chunk)),
-                            I64(t.seq))
-            with sub.for_range(start, stop, name="t") as tt:
-                it.forward(it.token(tt), first_buf, first_buf, out=False)
+        buf = lambda k: b.add(I64(first_buf), b.mul(k, I64(size)))     # state before token start + k
+        it.initial_state(0)
         zero_bytes(sub, it.pointer(ds), 4 * size)
-        with sub.for_range(0, chunks, name="back") as r:
-            c = b.sub(I64(chunks - 1), r)
+        with sub.for_range(0, 2 * chunks, name="pass") as r:
+            undoing = b.icmp_signed(">=", r, I64(chunks))
+            c = b.select(undoing, b.sub(I64(2 * chunks - 1), r), r)
             start = b.mul(c, I64(chunk))
-            length = b.sub(b.select(b.icmp_signed("<", b.add(start, I64(chunk)), I64(t.seq)),
-                                    b.add(start, I64(chunk)), I64(t.seq)), start)
-            buf = lambda k: b.add(I64(first_buf), b.mul(k, I64(size)))
-            it.copy(it.pointer(first_buf), it.pointer(b.mul(c, I64(size))))
-            with sub.for_range(0, b.sub(length, I64(1)), name="redo") as k:
+            stop = b.add(start, I64(chunk))
+            length = b.sub(b.select(b.icmp_signed("<", stop, I64(t.seq)), stop, I64(t.seq)), start)
+            it.copy(it.pointer(buf(I64(0))), it.pointer(b.mul(c, I64(size))))
+            with sub.for_range(0, length, name="redo") as k:
                 it.forward(it.token(b.add(start, k)), buf(k), buf(b.add(k, I64(1))), out=False)
-            with sub.for_range(0, length, name="undo") as m:
-                k = b.sub(b.sub(length, I64(1)), m)
-                backward_token(it, grads, it.token(b.add(start, k)), buf(k), ds)
+            with b.if_else(undoing) as (undo, keep):
+                with undo:
+                    with sub.for_range(0, length, name="undo") as m:
+                        k = b.sub(b.sub(length, I64(1)), m)
+                        backward_token(it, grads, it.token(b.add(start, k)), buf(k), ds)
+                with keep:   # checkpoint c + 1 (for the last chunk: buf[0], about to be overwritten)
+                    it.copy(it.pointer(b.mul(b.add(c, I64(1)), I64(size))), it.pointer(buf(length)))
         if t.carry_state:
             it.copy(sub.addr(grads.at["state"], bh, 4 * size), it.pointer(ds))
 
