@@ -1,18 +1,31 @@
-"""DequantMatMulGguf at one thread: GB/s on the packed weight bytes against copy bandwidth, and
-against NumPy (gguf dequantize + matmul) — one run, one table.
+"""Quantized GEMV/GEMM at one thread, one run, one table: `DequantMatMulGguf` (Q4_0, Q8_0, Q4_K) and
+`DequantMatMulInt4` against copy bandwidth, ONNX Runtime's `MatMulNBits`, NumPy, and our f32 Sgemm.
 
     cd /work/main && PYTHONPATH=. python benchmarks/bench_gguf.py [--rounds 7] [--schemes GgufQ4_0,GgufQ8_0]
 
-Weights k = n = 4096 (GGUF row-major `[n, k]`), x `[m, k]` f32, m ∈ {1, 64}.  Every implementation
-is checked against a float64 product of gguf's dequantized weights before it is timed; timings are
-interleaved (rounds rotate the order) and medians reported.  The copy ceiling is `np.copyto` of
-as many bytes as the packed weights (read and written: the GB/s counts the bytes copied once).
+Weights k = n = 4096, x `[m, k]` f32, m ∈ {1, 64}.  The 4-bit weights are one set: the Q4_0 blocks
+(`d·(q − 8)`, block 32) are re-packed as `DequantMatMulInt4` (`[k, n]` nibbles, f32 scale, zero point 8)
+and as ORT's `MatMulNBits` (`[n, k/32, 16]` bytes, element 2i low nibble, f32 scales, default zero point
+8; built with `onnx.helper` in the `com.microsoft` domain, one intra-op thread), so all three compute the
+same product.  Columns:
+
+* `GB/s`, `of copy` — packed weight bytes (codes and scales) per second, against `np.copyto` of as many
+  bytes timed in the same rounds (the m = 1 bar: ≥ 60 %);
+* `of sgemm` — GFLOP/s against our own f32 Sgemm (the `Sgemm` thunk, IR tiles) on the same shape with the
+  weights dequantized to f32 (the m = 64 bar: ≥ 80 %);
+* `vs ort`, `vs numpy` — their median time over ours (> 1: we are faster); NumPy is gguf dequantize
+  (or the nibble unpack for Int4) + matmul.
+
+Every implementation is checked against a float64 product of the dequantized weights before it is
+timed; timings are interleaved (rounds rotate the order) and medians reported.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from dataclasses import dataclass
+from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -20,8 +33,10 @@ import common  # noqa: E402
 common.pin_threads(1)
 
 import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
 from gguf import GGMLQuantizationType as G  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import rlx_llvm as rl  # noqa: E402
 from rlx_llvm import thunks as T  # noqa: E402
@@ -31,56 +46,173 @@ from rlx_llvm.testing.gguf import random_blocks  # noqa: E402
 from rlx_llvm.thunks.quant import GGUF_BLOCKS  # noqa: E402
 
 K = N = 4096
-ORACLE = {"GgufQ4_0": G.Q4_0, "GgufQ8_0": G.Q8_0, "GgufQ4K": G.Q4_K, "GgufQ6K": G.Q6_K}
+BLOCK = 32
+ORACLE = {"GgufQ4_0": G.Q4_0, "GgufQ8_0": G.Q8_0, "GgufQ4K": G.Q4_K, "GgufQ6K": G.Q6_K, "GgufQ4_1": G.Q4_1,
+          "GgufQ5_0": G.Q5_0, "GgufQ5K": G.Q5_K}
+Run = Callable[[], object]
 
 
-def case(scheme: str, m: int, rounds: int, rng: np.random.Generator) -> list[str]:
-    """Time one (scheme, m); returns the table row."""
-    elems, nbytes = GGUF_BLOCKS[scheme]
-    wbytes = N * K // elems * nbytes
-    x_at, w_at, dst_at = 0, 4 * m * K, 4 * m * K + wbytes
-    schedule = rl.ThunkSchedule([T.DequantMatMulGguf(x=x_at, w_q=w_at, dst=dst_at, m=m, k=K, n=N,
-                                                     scheme=getattr(QuantScheme, scheme))],
-                                arena_bytes=dst_at + 4 * m * N)
-    program, arena = rl.compile(schedule), rl.Arena(schedule.arena_bytes)
-    packed = random_blocks(scheme, wbytes // nbytes, rng)
-    x = rng.standard_normal((m, K)).astype(np.float32)
-    arena.write(w_at, packed)
-    arena.write(x_at, x)
+@dataclass
+class Row:
+    """One implementation under test at one m: how to run it, its packed bytes, its NumPy peer."""
+
+    label: str
+    m: int
+    wbytes: int
+    run: Run
+    numpy: Run
+
+
+def slots(*nbytes: int) -> tuple[list[int], int]:
+    """64-byte-aligned offsets of consecutive buffers, and the arena size."""
+    offs, top = [], 0
+    for n in nbytes:
+        offs.append(top)
+        top += -(-n // 64) * 64
+    return offs, top
+
+
+def compiled(thunk: T.Thunk, size: int, data: dict[int, np.ndarray]) -> tuple[Run, rl.Arena]:
+    """The thunk compiled alone over an arena holding `data` (offset → array)."""
+    program, arena = rl.compile(rl.ThunkSchedule([thunk], arena_bytes=size)), rl.Arena(size)
+    for at, values in data.items():
+        arena.write(at, values)
+    return (lambda: program.run(arena)), arena
+
+
+def check(label: str, got: np.ndarray, x: np.ndarray, w: np.ndarray) -> None:
+    """`got` ≈ x @ wᵀ (float64) within 1e-5 of Σ|x·w| per output, else exit."""
+    want = x.astype(np.float64) @ w.astype(np.float64).T
+    scale = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
+    if not np.all(np.abs(got.reshape(want.shape) - want) <= 1e-5 * scale + 1e-6):
+        sys.exit(f"{label}: disagrees with the float64 reference")
+
+
+# ── the implementations ──────────────────────────────────────────────────────
+
+def gguf_row(scheme: str, packed: np.ndarray, x: np.ndarray) -> Row:
+    """DequantMatMulGguf over `packed` [n, k] blocks."""
+    m = x.shape[0]
+    (x_at, w_at, dst_at), size = slots(x.nbytes, packed.nbytes, 4 * m * N)
+    run, arena = compiled(T.DequantMatMulGguf(x=x_at, w_q=w_at, dst=dst_at, m=m, k=K, n=N,
+                                              scheme=getattr(QuantScheme, scheme)), size, {x_at: x, w_at: packed})
+    run()
+    w = dequantize(packed, ORACLE[scheme]).reshape(N, K)
+    check(f"{scheme} m={m}", arena.read(dst_at, np.float32, m * N), x, w)
+    return Row(scheme, m, packed.nbytes, run, lambda: x @ dequantize(packed, ORACLE[scheme]).reshape(N, K).T)
+
+
+def q4_0_codes(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_0 blocks as (codes q [n, k] in 0…15, scales d [n, k/32] f32): w = d·(q − 8)."""
+    blocks = packed.reshape(N * K // BLOCK, 18)
+    d = blocks[:, :2].copy().view(np.float16).astype(np.float32).reshape(N, K // BLOCK)
+    qs = blocks[:, 2:]
+    return np.concatenate([qs & 15, qs >> 4], axis=1).reshape(N, K), d
+
+
+def pairs(codes: np.ndarray) -> np.ndarray:
+    """Consecutive nibbles two per byte, the even one low."""
+    flat = codes.reshape(-1)
+    return (flat[0::2] | flat[1::2] << 4).astype(np.uint8)
+
+
+def int4_row(q: np.ndarray, d: np.ndarray, x: np.ndarray) -> Row:
+    """DequantMatMulInt4: codes `[k, n]`, scale `[k/32, n]`, zero point 8 — the Q4_0 weights."""
+    m = x.shape[0]
+    codes, scale, zp = pairs(q.T), np.ascontiguousarray(d.T), np.full((K // BLOCK, N), 8.0, np.float32)
+    (x_at, w_at, s_at, z_at, dst_at), size = slots(x.nbytes, codes.nbytes, scale.nbytes, zp.nbytes, 4 * m * N)
+    thunk = T.DequantMatMulInt4(x=x_at, w_q=w_at, scale=s_at, zp=z_at, dst=dst_at, m=m, k=K, n=N,
+                                block_size=BLOCK, is_asymmetric=True)
+    run, arena = compiled(thunk, size, {x_at: x, w_at: codes, s_at: scale, z_at: zp})
+    run()
+    check(f"Int4 m={m}", arena.read(dst_at, np.float32, m * N), x, weights_of(q, d))
 
     def numpy_path() -> np.ndarray:
-        return x @ dequantize(packed, ORACLE[scheme]).reshape(N, K).T
+        unpacked = np.stack([codes & 15, codes >> 4], axis=1).reshape(K, N).astype(np.float32)
+        return x @ ((unpacked - zp.repeat(BLOCK, axis=0)) * scale.repeat(BLOCK, axis=0))
 
-    want = x.astype(np.float64) @ dequantize(packed, ORACLE[scheme]).reshape(N, K).astype(np.float64).T
-    program.run(arena)
-    got = arena.read(dst_at, np.float32, m * N).reshape(m, N)
-    scale = np.abs(x).astype(np.float64) @ np.abs(dequantize(packed, ORACLE[scheme]).reshape(N, K)).T
-    if not np.all(np.abs(got - want) <= 1e-5 * scale + 1e-6):
-        sys.exit(f"{scheme} m={m}: rlx-llvm disagrees with the float64 reference")
-    src, dst = np.ones(wbytes, np.uint8), np.empty(wbytes, np.uint8)
-    times = common.interleaved({"rlx": lambda: program.run(arena), "numpy": numpy_path,
-                                "copy": lambda: np.copyto(dst, src)}, rounds=rounds)
-    rlx, npy, copy = (times[k].median for k in ("rlx", "numpy", "copy"))
-    flops = 2 * m * N * K
-    return [scheme, str(m), f"{rlx:.3f}", f"{common.gbps(wbytes, rlx):.2f}",
-            f"{100 * common.gbps(wbytes, rlx) / common.gbps(wbytes, copy):.0f}%", f"{flops / rlx / 1e6:.1f}",
-            f"{npy:.2f}", f"{npy / rlx:.1f}×"]
+    return Row("Int4", m, codes.nbytes + scale.nbytes + zp.nbytes, run, numpy_path)
+
+
+def weights_of(q: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The f32 weights [n, k] of Q4_0 codes and scales."""
+    return (q.astype(np.float32) - 8) * d.repeat(BLOCK, axis=1)
+
+
+def ort_matmul_nbits(q: np.ndarray, d: np.ndarray, x: np.ndarray) -> Run:
+    """ONNX Runtime's MatMulNBits (4-bit, block 32, default zero point 8) on the Q4_0 weights, one thread."""
+    m = x.shape[0]
+    blob = pairs(q).reshape(N, K // BLOCK, BLOCK // 2)
+    node = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain="com.microsoft",
+                            K=K, N=N, bits=4, block_size=BLOCK)
+    graph = helper.make_graph(
+        [node], "matmul_nbits", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, K])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, N])],
+        initializer=[numpy_helper.from_array(blob, "B"), numpy_helper.from_array(d.reshape(-1), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    feed = {"A": x}
+    check(f"ORT MatMulNBits m={m}", session.run(None, feed)[0], x, weights_of(q, d))
+    return lambda: session.run(None, feed)
+
+
+def our_sgemm(w: np.ndarray, x: np.ndarray) -> Run:
+    """Our f32 Sgemm (IR tiles) of x @ wᵀ with wᵀ stored [k, n]."""
+    m = x.shape[0]
+    b = np.ascontiguousarray(w.T)
+    (a_at, b_at, c_at), size = slots(x.nbytes, b.nbytes, 4 * m * N)
+    run, arena = compiled(T.Sgemm(a=a_at, b=b_at, c=c_at, m=m, k=K, n=N), size, {a_at: x, b_at: b})
+    run()
+    check(f"Sgemm m={m}", arena.read(c_at, np.float32, m * N), x, w)
+    return run
+
+
+# ── the table ────────────────────────────────────────────────────────────────
+
+def timed(row: Row, peers: dict[str, Run], rounds: int) -> dict[str, float]:
+    """Medians (ms) of the row, its NumPy path, a copy of its packed bytes and the peers, interleaved."""
+    src, dst = np.ones(row.wbytes, np.uint8), np.empty(row.wbytes, np.uint8)
+    fns = {"rlx": row.run, "numpy": row.numpy, "copy": lambda: np.copyto(dst, src), **peers}
+    return {name: t.median for name, t in common.interleaved(fns, rounds=rounds).items()}
+
+
+def cells(row: Row, ms: dict[str, float]) -> list[str]:
+    """One line of the table."""
+    rlx, flops = ms["rlx"], 2 * row.m * N * K
+    gflops = flops / rlx / 1e6
+    sgemm = f"{100 * gflops / (flops / ms['sgemm'] / 1e6):.0f}%" if "sgemm" in ms else "-"
+    return [row.label, str(row.m), f"{rlx:.3f}", f"{common.gbps(row.wbytes, rlx):.2f}",
+            f"{100 * ms['copy'] / rlx:.0f}%", f"{gflops:.1f}", sgemm, f"{ms['ort']:.3f}", f"{ms['ort'] / rlx:.2f}×",
+            f"{ms['numpy']:.1f}", f"{ms['numpy'] / rlx:.1f}×"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--schemes", default="GgufQ4_0,GgufQ8_0,GgufQ4K")
+    ap.add_argument("--ms", default="1,64")
+    ap.add_argument("--no-int4", action="store_true", help="skip DequantMatMulInt4")
     args = ap.parse_args()
     set_num_threads(1)
     common.limit_loaded_pools(1)
     rng = np.random.default_rng(0)
-    print(f"# DequantMatMulGguf k = n = {K}, 1 thread — {common.cpu_model()}, load {common.load_average()}")
-    head = ["scheme", "m", "rlx ms", "GB/s packed", "of copy", "GFLOP/s", "numpy ms", "vs numpy"]
-    rows = [case(s, m, args.rounds, rng) for s in args.schemes.split(",") for m in (1, 64)]
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    for r in [head, *rows]:
-        print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+    packed = {s: random_blocks(s, N * K // GGUF_BLOCKS[s][0], rng) for s in args.schemes.split(",")}
+    q, d = q4_0_codes(packed["GgufQ4_0"] if "GgufQ4_0" in packed else random_blocks("GgufQ4_0", N * K // BLOCK, rng))
+    print(f"# k = n = {K}, 1 thread — {common.cpu_model()} ({common.host_features()}), load {common.load_average()}")
+    table = common.Table(["kind", "m", "ms", "GB/s", "of copy", "GFLOP/s", "of sgemm", "ort ms", "vs ort", "numpy ms",
+                          "vs numpy"], left=["kind"])
+    for m in map(int, args.ms.split(",")):
+        x = rng.standard_normal((m, K)).astype(np.float32)
+        peers = {"ort": ort_matmul_nbits(q, d, x)}
+        if m > 1:
+            peers["sgemm"] = our_sgemm(weights_of(q, d), x)
+        rows = [gguf_row(s, p, x) for s, p in packed.items()] + ([] if args.no_int4 else [int4_row(q, d, x)])
+        for row in rows:
+            table.add(*cells(row, timed(row, peers, args.rounds)))
+            print("  ".join(table.rows[-1]), file=sys.stderr)
+    print(table)
 
 
 if __name__ == "__main__":

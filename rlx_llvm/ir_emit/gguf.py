@@ -2,17 +2,20 @@
 (semantics.md §2.11, §3.8; docs/lowering-gguf.md).
 
 Block layouts are llama.cpp's (ggml-common.h): a block of 32 (legacy) or 256 (K-quant) weights,
-f16 scales, packed codes.  Each decoder turns `CW` consecutive elements of one block into a
-`<CW x float>` vector, `CW = min(lanes, 16)`: every such chunk lies inside one scale group and one
-contiguous run of code bytes, so its codes are one vector load, a shift and a mask, and its scales
-are scalars.  The arithmetic is llama.cpp's, operation for operation and without contraction
-(`d·q + m` is a multiply then an add), so the values are bit-identical to `gguf.quants.dequantize`.
+f16 scales, packed codes.  Each decoder turns `CW` consecutive elements of one block into a `Piece`,
+`CW = min(lanes, 16)`: integer codes (one vector load and a mask) and the scale, constant offset and
+bias of their scale group, `w = scale·f32(q + offset) + bias`.  `value` applies them with llama.cpp's
+arithmetic, operation for operation and without contraction, so `decode_block` (the dequantizing
+kinds) is bit-identical to `gguf.quants.dequantize`.
 
 `DequantMatMulGguf` (`dst[i, j] = Σ_p x[i, p]·W[j, p]`, `W [n, k]` packed row-major) never
-materialises W in f32: per tile of `NR` weight rows × `MR` rows of x, each chunk is decoded into a
-register and multiplied into the rows' accumulators, so a decode is shared by `MR` rows, an x load
-by `NR` weight rows, and `m = 1` is a streaming GEMV over the packed bytes.  Weight rows are split
-across threads.
+materialises W in f32.  A GEMV tile (one row of x × up to `MAX_NR` weight rows, as many as the
+vector registers hold) folds each group's scale, offset and bias out of the products, as llama.cpp's
+dot products do: `Σ w·x = scale·(Σ q·x + offset·Σ x) + bias·Σ x`, with the groups' `Σ x` summed once
+per call (`group_sums`) and a high nibble left in place (`q·16`, the 1/16 folded into the group's
+dot) — so the inner loop is a load, a mask, a convert and an FMA per `CW` weights.  A tile of `MR`
+rows of x decodes each chunk to f32 once and multiplies it into all its rows.  Weight rows are
+split across threads.
 """
 from __future__ import annotations
 
@@ -29,16 +32,24 @@ from ..kernels.blas import Status
 from ..thunks.quant import GGUF_BLOCKS
 from .context import EmitContext
 from .gemm import expert_of
-from .toolkit import F16, F32, FASTMATH, I16, I32, I64, I8, PTR, carried_loop, const, fail_unless, splat, vec
+from .toolkit import F16, F32, FASTMATH, I16, I32, I64, I8, PTR, carried_loop, const, fail_unless, splat, vec, width_of
 
 MR = 4              # rows of x sharing one decoded chunk
-NR = 2              # weight rows decoded together (their chunks share each load of x)
-ACCUMULATORS = 4    # independent accumulator chains a tile should have at least
+MAX_NR = 4          # weight rows decoded together at most (their chunks share each load of x)
+ACCUMULATORS = 8    # independent FMA chains a tile should have at least (x86 FMA: latency 4, 2 per cycle)
 MAX_CHUNK = 16      # lanes of one decoded chunk: the smallest scale group (Q2_K, Q3_K, Q6_K)
 PAR_BYTES = 1 << 15  # packed weight bytes a thread should get before rows of W are split
 IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 
-Chunk = Callable[["Block", int], ir.Value]
+GROUP = {"GgufQ8_0": 32, "GgufQ4_0": 32, "GgufQ4_1": 32, "GgufQ5_0": 32, "GgufQ5_1": 32, "GgufIQ4NL": 32,
+         "GgufQ2K": 16, "GgufQ3K": 16, "GgufQ4K": 32, "GgufQ5K": 32, "GgufQ6K": 16, "GgufQ8K": 32, "GgufIQ4XS": 32}
+"""Elements sharing one scale (and offset or bias) per scheme: the unit a dot product folds them over."""
+
+SPAN = {"GgufQ4K": 64, "GgufQ5K": 64, "GgufQ2K": 128, "GgufQ3K": 128, "GgufQ6K": 128}
+"""Elements whose codes share byte loads (K-quants: low and high nibbles, 2-bit crumbs), decoded
+together so each load dies soon; other schemes span one scale group."""
+
+Chunk = Callable[["Block", int], "Piece"]
 
 
 # ── reading a block ──────────────────────────────────────────────────────────
@@ -97,21 +108,28 @@ class Block:
 
     def or_shl(self, low: ir.Value, high: ir.Value, shift: int) -> ir.Value:
         """`low | high << shift` lane-wise."""
-        return self.b.or_(low, self.b.shl(high, const(I32, shift, self.width)))
+        return self.b.or_(low, self.b.shl(high, const(I32, shift, width_of(high))))
 
-    def scaled(self, scale: ir.Value, codes: ir.Value, offset: ir.Value | None = None, negate: bool = False
-               ) -> ir.Value:
-        """`scale·f32(codes)`, then `+ offset` (or `− offset` when `negate`): two roundings, no FMA."""
+    def scaled(self, scale: ir.Value, codes: ir.Value, bias: ir.Value | None = None) -> ir.Value:
+        """`scale·f32(codes)`, then `+ bias`: two roundings, no FMA."""
         b = self.b
-        y = b.fmul(splat(b, scale, self.width), b.sitofp(codes, vec(F32, self.width)))
-        if offset is None:
-            return y
-        off = splat(b, offset, self.width)
-        return b.fsub(y, off) if negate else b.fadd(y, off)
+        y = b.fmul(broadcast(b, scale, self.width), b.sitofp(codes, vec(F32, self.width)))
+        return y if bias is None else b.fadd(y, broadcast(b, bias, self.width))
 
     def times(self, d: ir.Value, small: ir.Value) -> ir.Value:
-        """Scalar `d·f32(small)` (a sub-block scale from its integer code)."""
-        return self.b.fmul(d, self.b.sitofp(small, F32))
+        """`d·f32(small)`: a sub-block scale from its integer code (scalar, or lane-wise for a vector)."""
+        b = self.b
+        if isinstance(small.type, ir.VectorType):
+            return b.fmul(splat(b, d, small.type.count), b.sitofp(small, vec(F32, small.type.count)))
+        return b.fmul(d, b.sitofp(small, F32))
+
+    def fields(self, byte: int, picks: list[tuple[int, int, int]]) -> ir.Value:
+        """Lanes `(block[byte + i] >> shift) & mask` for each `(i, shift, mask)` of `picks`, as i32."""
+        b, n = self.b, len(picks)
+        raw = self.load(byte, I8, max(i for i, _, _ in picks) + 1)
+        lanes = b.zext(b.shuffle_vector(raw, raw, ir.Constant(vec(I32, n), [i for i, _, _ in picks])), vec(I32, n))
+        shifted = b.lshr(lanes, ir.Constant(vec(I32, n), [shift for _, shift, _ in picks]))
+        return b.and_(shifted, ir.Constant(vec(I32, n), [mask for _, _, mask in picks]))
 
     def lookup(self, codes: ir.Value) -> ir.Value:
         """IQ4's non-linear table `IQ4_VALUES[code]` lane-wise, as a select tree on the code's bits."""
@@ -123,11 +141,27 @@ class Block:
         return values[0]
 
 
+def broadcast(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
+    """A scalar splat to `width` lanes; a `width`-lane vector as it is."""
+    return x if isinstance(x.type, ir.VectorType) and x.type.count == width else splat(b, x, width)
+
+
+def lane(b: ir.IRBuilder, v: ir.Value, at: int, width: int) -> ir.Value:
+    """Lane `at` of `v` in all `width` lanes (one permute, no trip through a scalar register)."""
+    return b.shuffle_vector(v, ir.Constant(v.type, None), ir.Constant(vec(I32, width), [at] * width))
+
+
 def nibble(blk: Block, base: int, e: int, run: int = 16) -> ir.Value:
     """The 4-bit codes of elements `e…` stored low nibbles first: `run` bytes hold `2·run` elements."""
+    codes, shift = nibble_bits(blk, base, e, run)
+    return blk.b.lshr(codes, const(I32, shift, blk.width)) if shift else codes
+
+
+def nibble_bits(blk: Block, base: int, e: int, run: int = 16) -> tuple[ir.Value, int]:
+    """`(code << shift, shift)` of elements `e…` (as `nibble`): a high nibble masked in place, unshifted."""
     group, lane = divmod(e, 2 * run)
     half, at = divmod(lane, run)
-    return blk.codes(base + group * run + at, 4 * half, 15)
+    return blk.codes(base + group * run + at, 0, 15 << 4 * half), 4 * half
 
 
 def crumb(blk: Block, base: int, e: int) -> ir.Value:
@@ -145,91 +179,119 @@ def high_bit(blk: Block, base: int, e: int) -> ir.Value:
 
 # ── one decoder per scheme: elements [e, e + width) of a block ──────────────
 
-def q8_0(blk: Block, e: int) -> ir.Value:
-    return blk.scaled(blk.half(0), blk.signed_codes(2 + e))
+@dataclass(frozen=True)
+class Piece:
+    """Elements `[e, e + width)` of a block as llama.cpp computes them: `scale·f32(q + offset) + bias`
+    with `q = codes >> shift`.
+
+    `codes` are i32 lanes (a nibble may be left in place, `shift` = 4, which spares the shift where
+    the scale can absorb it), `scale` and `bias` f32 scalars (or already broadcast to the lanes)
+    shared by the element's scale group,
+    `offset` a constant; a dot product folds the shift, offset and bias out of its products."""
+
+    codes: ir.Value
+    scale: ir.Value
+    offset: int = 0
+    bias: ir.Value | None = None
+    shift: int = 0
 
 
-def q4_0(blk: Block, e: int) -> ir.Value:
-    return blk.scaled(blk.half(0), blk.plus(nibble(blk, 2, e), -8))
+def value(blk: Block, p: Piece) -> ir.Value:
+    """The piece's f32 lanes, bit-identical to llama.cpp's."""
+    codes = blk.b.lshr(p.codes, const(I32, p.shift, blk.width)) if p.shift else p.codes
+    return blk.scaled(p.scale, blk.plus(codes, p.offset), p.bias)
 
 
-def q4_1(blk: Block, e: int) -> ir.Value:
-    return blk.scaled(blk.half(0), nibble(blk, 4, e), blk.half(2))
+def q8_0(blk: Block, e: int) -> Piece:
+    return Piece(blk.signed_codes(2 + e), blk.half(0))
 
 
-def q5_0(blk: Block, e: int) -> ir.Value:
-    q = blk.or_shl(nibble(blk, 6, e), blk.word_bits(2, e), 4)
-    return blk.scaled(blk.half(0), blk.plus(q, -16))
+def q4_0(blk: Block, e: int) -> Piece:
+    codes, shift = nibble_bits(blk, 2, e)
+    return Piece(codes, blk.half(0), -8, shift=shift)
 
 
-def q5_1(blk: Block, e: int) -> ir.Value:
-    q = blk.or_shl(nibble(blk, 8, e), blk.word_bits(4, e), 4)
-    return blk.scaled(blk.half(0), q, blk.half(2))
+def q4_1(blk: Block, e: int) -> Piece:
+    codes, shift = nibble_bits(blk, 4, e)
+    return Piece(codes, blk.half(0), bias=blk.half(2), shift=shift)
 
 
-def iq4_nl(blk: Block, e: int) -> ir.Value:
-    return blk.scaled(blk.half(0), blk.lookup(nibble(blk, 2, e)))
+def q5_0(blk: Block, e: int) -> Piece:
+    codes, shift = nibble_bits(blk, 6, e)
+    return Piece(blk.or_shl(codes, blk.word_bits(2, e), 4 + shift), blk.half(0), -16, shift=shift)
 
 
-def q8_k(blk: Block, e: int) -> ir.Value:
-    return blk.scaled(blk.f32(0), blk.signed_codes(4 + e))
+def q5_1(blk: Block, e: int) -> Piece:
+    codes, shift = nibble_bits(blk, 8, e)
+    return Piece(blk.or_shl(codes, blk.word_bits(4, e), 4 + shift), blk.half(0), bias=blk.half(2), shift=shift)
 
 
-def q2_k(blk: Block, e: int) -> ir.Value:
+def iq4_nl(blk: Block, e: int) -> Piece:
+    return Piece(blk.lookup(nibble(blk, 2, e)), blk.half(0))
+
+
+def q8_k(blk: Block, e: int) -> Piece:
+    return Piece(blk.signed_codes(4 + e), blk.f32(0))
+
+
+def q2_k(blk: Block, e: int) -> Piece:
     """Scales (low nibble) and mins (high nibble) per 16, then codes, then d and dmin at the end."""
     g = e // 16
     dl = blk.times(blk.half(80), blk.field(g, 0, 15))
     ml = blk.times(blk.half(82), blk.field(g, 4, 15))
-    return blk.scaled(dl, crumb(blk, 16, e), ml, negate=True)
+    return Piece(crumb(blk, 16, e), dl, bias=blk.b.fneg(ml))
 
 
-def q3_k(blk: Block, e: int) -> ir.Value:
+def q3_k(blk: Block, e: int) -> Piece:
     """hmask, 2-bit codes, twelve bytes of 6-bit scales, d at the end; the code is `q − 4` where the
     mask bit is clear."""
     g = e // 16
     low = blk.field(96 + g % 8, 4 * (g // 8), 15)
     high = blk.field(104 + g % 4, 2 * (g // 4), 3)
     scale = blk.b.sub(blk.b.or_(low, blk.b.shl(high, I32(4))), I32(32))
-    q = blk.b.add(crumb(blk, 32, e), blk.b.shl(blk.plus(high_bit(blk, 0, e), -1), const(I32, 2, blk.width)))
-    return blk.scaled(blk.times(blk.half(108), scale), q)
+    return Piece(blk.or_shl(crumb(blk, 32, e), high_bit(blk, 0, e), 2), blk.times(blk.half(108), scale), -4)
 
 
-def k_scale_min(blk: Block, s: int) -> tuple[ir.Value, ir.Value]:
-    """Q4_K/Q5_K's 6-bit (scale, min) of sub-block `s` from the twelve bytes at 4."""
+K_SCALE_LOW = [(j, 0, 63) if j < 4 else (j + 4, 0, 15) for j in range(8)]
+K_SCALE_HIGH = [(0, 0, 0) if j < 4 else (j - 4, 6, 3) for j in range(8)]
+K_MIN_LOW = [(j + 4, 0, 63) if j < 4 else (j + 4, 4, 15) for j in range(8)]
+K_MIN_HIGH = [(0, 0, 0) if j < 4 else (j, 6, 3) for j in range(8)]
+"""Q4_K/Q5_K's 6-bit scale and min of sub-block j from the twelve bytes q at 4 (llama.cpp's
+get_scale_min_k4): `low | high << 4`, each `(q[i] >> shift) & mask` as listed (mask 0: none)."""
+
+
+def k_affine(blk: Block, e: int, codes: ir.Value, shift: int) -> Piece:
+    """`(d·scale)·q − dmin·min` of sub-block `e // 32`: all eight scales and mins unpacked in vector
+    lanes (once per block after CSE), this sub-block's lane taken."""
     b = blk.b
-    if s < 4:
-        return blk.field(4 + s, 0, 63), blk.field(8 + s, 0, 63)
-    scale = b.or_(blk.field(12 + s - 4, 0, 15), b.shl(blk.field(4 + s - 4, 6, 3), I32(4)))
-    low = b.or_(blk.field(12 + s - 4, 4, 15), b.shl(blk.field(8 + s - 4, 6, 3), I32(4)))
-    return scale, low
+    scales = blk.or_shl(blk.fields(4, K_SCALE_LOW), blk.fields(4, K_SCALE_HIGH), 4)
+    mins = blk.or_shl(blk.fields(4, K_MIN_LOW), blk.fields(4, K_MIN_HIGH), 4)
+    at = e // 32
+    return Piece(codes, lane(b, blk.times(blk.half(0), scales), at, blk.width),
+                 bias=lane(b, b.fneg(blk.times(blk.half(2), mins)), at, blk.width), shift=shift)
 
 
-def k_affine(blk: Block, e: int, q: ir.Value) -> ir.Value:
-    """`(d·scale)·q − dmin·min` of sub-block `e // 32`."""
-    scale, low = k_scale_min(blk, e // 32)
-    return blk.scaled(blk.times(blk.half(0), scale), q, blk.times(blk.half(2), low), negate=True)
+def q4_k(blk: Block, e: int) -> Piece:
+    return k_affine(blk, e, *nibble_bits(blk, 16, e, run=32))
 
 
-def q4_k(blk: Block, e: int) -> ir.Value:
-    return k_affine(blk, e, nibble(blk, 16, e, run=32))
+def q5_k(blk: Block, e: int) -> Piece:
+    codes, shift = nibble_bits(blk, 48, e, run=32)
+    return k_affine(blk, e, blk.or_shl(codes, high_bit(blk, 16, e), 4 + shift), shift)
 
 
-def q5_k(blk: Block, e: int) -> ir.Value:
-    return k_affine(blk, e, blk.or_shl(nibble(blk, 48, e, run=32), high_bit(blk, 16, e), 4))
-
-
-def q6_k(blk: Block, e: int) -> ir.Value:
+def q6_k(blk: Block, e: int) -> Piece:
     """Low nibbles, 2-bit highs, int8 scales per 16, d at the end; the code is `q − 32`."""
     q = blk.or_shl(nibble(blk, 0, e, run=64), crumb(blk, 128, e), 4)
-    return blk.scaled(blk.times(blk.half(208), blk.i8(192 + e // 16)), blk.plus(q, -32))
+    return Piece(q, blk.times(blk.half(208), blk.i8(192 + e // 16)), -32)
 
 
-def iq4_xs(blk: Block, e: int) -> ir.Value:
+def iq4_xs(blk: Block, e: int) -> Piece:
     """d, 2-bit scale highs (u16), 4-bit scale lows, then IQ4 codes per 32 in runs of 16."""
     b, s = blk.b, e // 32
     high = b.and_(b.lshr(b.zext(blk.load(2, I16), I32), I32(2 * s)), I32(3))
     scale = b.sub(b.or_(blk.field(4 + s // 2, 4 * (s % 2), 15), b.shl(high, I32(4))), I32(32))
-    return blk.scaled(blk.times(blk.half(0), scale), blk.lookup(nibble(blk, 8, e)))
+    return Piece(blk.lookup(nibble(blk, 8, e)), blk.times(blk.half(0), scale))
 
 
 DECODERS: dict[str, Chunk] = {
@@ -249,7 +311,7 @@ def decode_block(b: ir.IRBuilder, scheme: str, ptr: ir.Value, width: int) -> lis
     """Every element of the block at `ptr`, as `<width x float>` chunks in order."""
     elems, _ = GGUF_BLOCKS[scheme]
     blk, decode = Block(b, ptr, width), DECODERS[scheme]
-    return [decode(blk, e) for e in range(0, elems, width)]
+    return [value(blk, decode(blk, e)) for e in range(0, elems, width)]
 
 
 def define_dequantize(module: ir.Module, scheme: str, width: int, name: str) -> ir.Function:
@@ -297,49 +359,110 @@ def check_gguf(t: T.DequantMatMulGguf, k_field: str = "k") -> None:
                               f"({nbytes} bytes per block)", field=k_field)
 
 
-def tile(ctx: EmitContext, t: T.DequantMatMulGguf, j: ir.Value, cols: int, row: ir.Value, rows: int,
+def tile(ctx: EmitContext, t: T.DequantMatMulGguf, sums: int, j: ir.Value, cols: int, row: ir.Value, rows: int,
          w_row: ir.Value | None = None) -> None:
-    """`dst[row + r, j + c]` for r < rows, c < cols: every block of weight rows `w_row…w_row + cols`
-    (default `j…`) decoded once into registers and multiplied into each x row's accumulators
-    (`chains` independent ones per output when the tile alone is too small to hide the FMA latency)."""
+    """`dst[row + r, j + c]` for r < rows, c < cols over every block of weight rows `w_row…w_row + cols`
+    (default `j…`), in registers.  One row of x: per scale group the codes are folded like llama.cpp's
+    dot products, `Σ w·x = scale·(Σ q·x + offset·Σ x) + bias·Σ x`, so the scale, offset and bias cost
+    one FMA per group rather than per element (the groups' `Σ x` read from `group_sums` at scratch
+    offset `sums`); several rows: each chunk decoded to f32 once and multiplied into every row.
+    `chains` independent accumulators per output when the tile alone is too small to hide the FMA
+    latency; codes of one `SPAN` are decoded together so each byte load dies soon."""
     b, name = ctx.b, scheme_name(t)
     elems, nbytes = GGUF_BLOCKS[name]
-    width, blocks = chunk_width(ctx.lanes), t.k // elems
+    width, blocks, group, decode = chunk_width(ctx.lanes), t.k // elems, GROUP[name], DECODERS[name]
+    span = SPAN.get(name, group)
     w_row = j if w_row is None else w_row
     w_rows = [ctx.addr(t.w_q, b.mul(b.add(w_row, I64(c)), I64(blocks * nbytes))) for c in range(cols)]
     x_rows = [ctx.addr(t.x, b.mul(b.add(row, I64(r)), I64(t.k)), 4) for r in range(rows)]
-    chains = max(1, min(elems // width, ACCUMULATORS // (rows * cols)))
+    unit = width if rows > 1 else group  # what each FMA chain step covers: a chunk, or a group's dot
+    chains = max(1, min(elems // unit, ACCUMULATORS // (rows * cols)))
     slots = [(r, c) for r in range(rows) for c in range(cols)]
+
+    def sum_rows(blk: ir.Value) -> list[ir.Value]:
+        """Index of the first group of block `blk` in each x row's group sums."""
+        return [b.add(b.mul(b.add(row, I64(r)), I64(t.k // group)), b.mul(blk, I64(elems // group))) for r in range(rows)]
 
     def step(blk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
         first, accs = b.mul(blk, I64(elems)), list(accs)
-        chunks = [decode_block(b, name, b.gep(w, [b.mul(blk, I64(nbytes))], source_etype=I8, inbounds=True), width)
-                  for w in w_rows]
-        for e in range(elems // width):
-            xs = [ctx.load(0, F32, b.add(first, I64(e * width)), width, base=x) for x in x_rows]
-            for s, (r, c) in enumerate(slots):
-                at = s * chains + e % chains
-                accs[at] = b.fadd(accs[at], b.fmul(xs[r], chunks[c][e], flags=FASTMATH), flags=FASTMATH)
+        packed = [Block(b, b.gep(w, [b.mul(blk, I64(nbytes))], source_etype=I8, inbounds=True), width) for w in w_rows]
+        for start in range(0, elems, span):
+            groups = [range(g, g + group, width) for g in range(start, start + span, group)]
+            xs = [{e: ctx.load(0, F32, b.add(first, I64(e)), width, base=x) for g in groups for e in g} for x in x_rows]
+            x_sums = [{g[0]: ctx.load(sums, F32, b.mul(b.add(s, I64(g[0] // group)), I64(width)), width, base=ctx.shared)
+                       for g in groups} for s in sum_rows(blk)]
+            for c, block in enumerate(packed):
+                pieces = {e: decode(block, e) for g in groups for e in g}
+                weights = {e: value(block, p) for e, p in pieces.items()} if rows > 1 else {}
+                for r, x in enumerate(xs):
+                    base = (r * cols + c) * chains
+                    for g in groups:
+                        if rows > 1:  # the decoded weights serve every row: plain FMAs
+                            for e in g:
+                                at = base + e // unit % chains
+                                accs[at] = b.fadd(accs[at], b.fmul(x[e], weights[e], flags=FASTMATH), flags=FASTMATH)
+                        else:
+                            at = base + g[0] // unit % chains
+                            accs[at] = group_dot(b, [pieces[e] for e in g], [x[e] for e in g], x_sums[r][g[0]], accs[at])
         return accs
 
     zero = const(F32, 0.0, width)
     accs = carried_loop(ctx, 0, blocks, 1, [zero] * (len(slots) * chains), step, name="blk")
     for s, (r, c) in enumerate(slots):
-        total = accs[s * chains]
-        for extra in accs[s * chains + 1:(s + 1) * chains]:
-            total = b.fadd(total, extra, flags=FASTMATH)
         at = b.add(b.mul(b.add(row, I64(r)), I64(t.n)), b.add(j, I64(c)))
-        ctx.store(t.dst, horizontal_sum(ctx, total), at)
+        ctx.store(t.dst, horizontal_sum(ctx, pairwise(b, accs[s * chains:(s + 1) * chains])), at)
 
 
-def column_tile(ctx: EmitContext, t: T.DequantMatMulGguf, j: ir.Value, cols: int) -> None:
+def group_dot(b: ir.IRBuilder, pieces: list[Piece], xs: list[ir.Value], x_sum: ir.Value, acc: ir.Value) -> ir.Value:
+    """`acc + Σ w·x` over one scale group: `scale·(Σ_s 2⁻ˢ·Σ (q << s)·x + offset·Σ x) + bias·Σ x` (FMAs)."""
+    head, width = pieces[0], width_of(xs[0])
+    dots: dict[int, ir.Value] = {}
+    if head.offset:
+        dots[0] = b.fmul(const(F32, float(head.offset), width), x_sum, flags=FASTMATH)
+    for p, x in zip(pieces, xs):
+        q_x = b.fmul(b.sitofp(p.codes, vec(F32, width)), x, flags=FASTMATH)
+        dots[p.shift] = b.fadd(dots[p.shift], q_x, flags=FASTMATH) if p.shift in dots else q_x
+    dot = dots.pop(0, None)
+    for shift, part in dots.items():
+        scaled = b.fmul(part, const(F32, 2.0 ** -shift, width), flags=FASTMATH)
+        dot = scaled if dot is None else b.fadd(dot, scaled, flags=FASTMATH)
+    acc = multiply_add(b, head.scale, dot, acc)
+    return acc if head.bias is None else multiply_add(b, head.bias, x_sum, acc)
+
+
+def group_sums(ctx: EmitContext, x: int, rows: int, k: int, group: int) -> int:
+    """`Σ x` over every scale group of each row of `x [rows, k]` as chunk-wide vectors (lane l sums
+    the group's elements ≡ l mod width), written once per call to scratch and read by every weight
+    row's tile; returns their scratch offset."""
+    b, width, count = ctx.b, chunk_width(ctx.lanes), rows * k // group
+    at = ctx.scratch_alloc(count * width * 4)
+    with ctx.for_range(0, count, name="sums") as g:
+        first = b.mul(g, I64(group))
+        chunks = [ctx.load(x, F32, b.add(first, I64(e)), width) for e in range(0, group, width)]
+        ctx.store(at, pairwise(b, chunks), b.mul(g, I64(width)), base=ctx.scratch)
+    return at
+
+
+def pairwise(b: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
+    """The sum of `values` as a balanced tree (short dependency chains)."""
+    while len(values) > 1:
+        values = [b.fadd(x, y, flags=FASTMATH) for x, y in zip(values[::2], values[1::2])] + values[len(values) & ~1:]
+    return values[0]
+
+
+def multiply_add(b: ir.IRBuilder, scalar: ir.Value, v: ir.Value, acc: ir.Value) -> ir.Value:
+    """`acc + scalar·v` lane-wise (an FMA)."""
+    return b.fadd(acc, b.fmul(broadcast(b, scalar, width_of(v)), v, flags=FASTMATH), flags=FASTMATH)
+
+
+def column_tile(ctx: EmitContext, t: T.DequantMatMulGguf, sums: int, j: ir.Value, cols: int) -> None:
     """Every row of x against weight rows `j…j + cols`: `MR`-row tiles, then single rows."""
     full = t.m - t.m % MR
     if full:
         with ctx.for_range(0, full, MR, name="rows") as row:
-            tile(ctx, t, j, cols, row, MR)
+            tile(ctx, t, sums, j, cols, row, MR)
     for r in range(full, t.m):
-        tile(ctx, t, j, cols, I64(r), 1)
+        tile(ctx, t, sums, j, cols, I64(r), 1)
 
 
 def horizontal_sum(ctx: EmitContext, v: ir.Value) -> ir.Value:
@@ -358,16 +481,32 @@ def dequant_matmul_gguf(ctx: EmitContext, t: T.DequantMatMulGguf) -> None:
         zero_fill(ctx, t.dst, t.m * t.n)
         return
     row_bytes = t.k // elems * nbytes
+    sums = group_sums(ctx, t.x, t.m, t.k, GROUP[scheme_name(t)])
+    nr = weight_rows(ctx, scheme_name(t), MR if t.m >= MR else 1)
 
     def columns(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        b = sub.b
-        full = b.add(start, b.mul(b.udiv(b.sub(stop, start), I64(NR)), I64(NR)))
-        with sub.for_range(start, full, NR, name="j") as j:
-            column_tile(sub, t, j, NR)
-        with sub.for_range(full, stop, name="j") as j:
-            column_tile(sub, t, j, 1)
+        by_tiles(sub, start, stop, nr, lambda j, cols: column_tile(sub, t, sums, j, cols))
 
-    ctx.parallel_for(t.n, columns, grain=NR, min_work=max(1, PAR_BYTES // max(1, row_bytes * t.m)))
+    ctx.parallel_for(t.n, columns, grain=nr, min_work=max(1, PAR_BYTES // max(1, row_bytes * t.m)))
+
+
+def weight_rows(ctx: EmitContext, scheme: str, rows: int) -> int:
+    """Weight rows a tile decodes together (1…MAX_NR): as many as the host's vector registers hold
+    beside one span of x chunks per row of x."""
+    registers = 32 if ctx.lanes >= 16 else 16
+    chunks = SPAN.get(scheme, GROUP[scheme]) // chunk_width(ctx.lanes)
+    return max(1, min(MAX_NR, registers // (chunks * rows)))
+
+
+def by_tiles(ctx: EmitContext, start: ir.Value, stop: ir.Value, nr: int, emit: Callable[[ir.Value, int], None]
+             ) -> None:
+    """`emit(j, nr)` over whole tiles of `nr` weight rows from `start`, then `emit(j, 1)` up to `stop`."""
+    b = ctx.b
+    full = b.add(start, b.mul(b.udiv(b.sub(stop, start), I64(nr)), I64(nr)))
+    with ctx.for_range(start, full, nr, name="j") as j:
+        emit(j, nr)
+    with ctx.for_range(full, stop, name="j") as j:
+        emit(j, 1)
 
 
 # ── DequantGroupedMatMulGguf ─────────────────────────────────────────────────
@@ -401,18 +540,15 @@ def dequant_grouped_matmul_gguf(ctx: EmitContext, t: T.DequantGroupedMatMulGguf)
         return
     flat = T.DequantMatMulGguf(x=t.input, w_q=t.w_q, dst=t.dst, m=t.m, k=t.k_dim, n=t.n, scheme=t.scheme)
     elems, nbytes = GGUF_BLOCKS[scheme_name(t)]
+    sums = group_sums(ctx, t.input, t.m, t.k_dim, GROUP[scheme_name(t)])
+    nr = weight_rows(ctx, scheme_name(t), 1)
 
     def columns(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        sb = sub.b
-        full = sb.add(start, sb.mul(sb.udiv(sb.sub(stop, start), I64(NR)), I64(NR)))
         with sub.for_range(0, t.m, name="row") as i:
-            first = sb.mul(expert_of(sub, t.expert_idx, i), I64(t.n))
-            with sub.for_range(start, full, NR, name="j") as j:
-                tile(sub, flat, j, NR, i, 1, w_row=sb.add(first, j))
-            with sub.for_range(full, stop, name="j") as j:
-                tile(sub, flat, j, 1, i, 1, w_row=sb.add(first, j))
+            first = sub.b.mul(expert_of(sub, t.expert_idx, i), I64(t.n))
+            by_tiles(sub, start, stop, nr, lambda j, cols: tile(sub, flat, sums, j, cols, i, 1, w_row=sub.b.add(first, j)))
 
-    ctx.parallel_for(t.n, columns, grain=NR, min_work=max(1, PAR_BYTES // max(1, t.k_dim // elems * nbytes * t.m)))
+    ctx.parallel_for(t.n, columns, grain=nr, min_work=max(1, PAR_BYTES // max(1, t.k_dim // elems * nbytes * t.m)))
 
 
 # ── DequantMoEWeightsGguf ────────────────────────────────────────────────────
