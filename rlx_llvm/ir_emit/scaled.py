@@ -315,11 +315,22 @@ def row_tiles(ctx: EmitContext, first: Index, count: Index, mr: int, tile: RowTi
 
 
 def multiply_panel(ctx: EmitContext, g: ScaledGemm, b_rows: Index, col: ir.Value, width: int, ld: int,
-                   rows: tuple[Index, Index], a_t: ir.Value, panel: ir.Value, c: ir.Value) -> None:
+                   rows: tuple[Index, Index], a_t: ir.Value, panel: ir.Value, c: ir.Value,
+                   a_rows: "ir.Value | None" = None) -> None:
     """Columns `[col, col + width)` of C's `rows` (first, count) against rhs rows `b_rows + col …`: per
     k-chunk, decode the rhs panel once, then every row tile (the first chunk writes C, the others
-    accumulate; a run-time loop over the middle chunks)."""
+    accumulate; a run-time loop over the middle chunks). Given the lhs also decoded row-major (`a_rows`),
+    a run of one row is a GEMV over the panel's columns instead (nothing to share a panel with)."""
     b, w = ctx.b, ctx.lanes
+    if a_rows is not None:
+        first = rows[0]
+        with b.if_else(b.icmp_unsigned("==", as_value(rows[1]), I64(1))) as (one, many):
+            with one:
+                dot_range(ctx, g, ctx.addr(0, imul(b, first, g.k), 4, base=a_rows), b_rows, col,
+                          b.add(col, I64(width)), lambda j, v: ctx.store(0, v, iadd(b, imul(b, first, g.n), j), base=c))
+            with many:
+                multiply_panel(ctx, g, b_rows, col, width, ld, rows, a_t, panel, c)
+        return
     kc = chunk_size(g, ld)
     whole, tail = divmod(g.k, kc)
     nv = -(-width // w)
@@ -344,20 +355,24 @@ def multiply_panel(ctx: EmitContext, g: ScaledGemm, b_rows: Index, col: ir.Value
         chunk(I64(whole * kc), tail, True)
 
 
-def gemv(ctx: EmitContext, g: ScaledGemm, a_off: int, b_rows: Callable[[EmitContext], Index], dst: int) -> None:
-    """`dst[j] = dot_rows(a, rhs row b_rows + j)` for the one lhs row (decoded at shared scratch `a_off`):
-    `GEMV_ROWS` weight rows at a time, rows split across threads."""
-    def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        sb, a, first = sub.b, pointer(sub, ScratchRef(a_off)), b_rows(sub)
+def dot_range(ctx: EmitContext, g: ScaledGemm, a: ir.Value, b_rows: Index, start: Index, stop: Index,
+              store: Callable[[ir.Value, ir.Value], None]) -> None:
+    """`store(j, dot_rows(a, rhs row b_rows + j))` for `j ∈ [start, stop)`, `GEMV_ROWS` rows at a time."""
+    b = ctx.b
+    start, stop = as_value(start), as_value(stop)
+    whole = b.add(start, b.mul(b.udiv(b.sub(stop, start), I64(GEMV_ROWS)), I64(GEMV_ROWS)))
+    for lo, hi, n in ((start, whole, GEMV_ROWS), (whole, stop, 1)):
+        with ctx.for_range(lo, hi, n, name="jdot") as j:
+            for r, v in enumerate(dot_rows(ctx, g, a, iadd(b, b_rows, j), n)):
+                store(iadd(b, j, r), v)
 
-        def group(j: ir.Value, n: int) -> None:
-            for r, v in enumerate(dot_rows(sub, g, a, iadd(sb, first, j), n)):
-                sub.store(dst, v, iadd(sb, j, r))
-        whole = sb.add(start, sb.mul(sb.udiv(sb.sub(stop, start), I64(GEMV_ROWS)), I64(GEMV_ROWS)))
-        with sub.for_range(start, whole, GEMV_ROWS, name="jg") as j:
-            group(j, GEMV_ROWS)
-        with sub.for_range(whole, stop, name="j") as j:
-            group(j, 1)
+
+def gemv(ctx: EmitContext, g: ScaledGemm, a_off: int, b_rows: Callable[[EmitContext], Index], dst: int) -> None:
+    """`dst[j] = dot_rows(a, rhs row b_rows + j)` for the one lhs row (decoded at shared scratch `a_off`),
+    weight rows split across threads."""
+    def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        dot_range(sub, g, pointer(sub, ScratchRef(a_off)), b_rows(sub), start, stop,
+                  lambda j, v: sub.store(dst, v, j))
     ctx.parallel_for(g.n, rows, grain=GEMV_ROWS, min_work=max(1, PARALLEL_MIN_FMAS // g.k))
 
 
@@ -368,18 +383,20 @@ PanelDone = Callable[[EmitContext, ir.Value, int], None]
 
 
 def panel_products(ctx: EmitContext, g: ScaledGemm, a_off: int, c: Operand, groups: Groups,
-                   done: "PanelDone | None" = None) -> None:
+                   done: "PanelDone | None" = None, a_rows_off: "int | None" = None) -> None:
     """C = A·Bᵀ by column panels of `4·W` columns split across threads: per panel, each group of rows
-    against its rhs rows (`multiply_panel`), then `done`; A is the decoded `[k, m]` lhs in shared scratch."""
+    against its rhs rows (`multiply_panel`), then `done`; A is the decoded `[k, m]` lhs in shared scratch
+    (and, given `a_rows_off`, also `[m, k]`, for groups of one row)."""
     w = ctx.lanes
     panel_cols = min(PANEL_VECTORS * w, -(-g.n // w) * w)
     full, rest = divmod(g.n, panel_cols)
 
     def columns(sub: EmitContext, col: ir.Value, width: int) -> None:
         a_t, c_at = pointer(sub, ScratchRef(a_off)), pointer(sub, c)
+        a_rows = None if a_rows_off is None else pointer(sub, ScratchRef(a_rows_off))
         panel = scratch_ptr(sub, sub.scratch_alloc(PANEL_BYTES))
         groups(sub, lambda b_rows, rows: multiply_panel(sub, g, b_rows, col, width, panel_cols, rows, a_t, panel,
-                                                        c_at))
+                                                        c_at, a_rows))
         if done:
             done(sub, col, width)
 
@@ -413,6 +430,15 @@ def decode_lhs(ctx: EmitContext, g: ScaledGemm, row: RowMap) -> int:
     """The lhs decoded as `[k, m]` f32 into shared scratch (row `r` of it from lhs row `row(r)`); its offset."""
     a_off = ctx.scratch_alloc(4 * g.m * g.k)
     decode_transposed(ctx, g, g.lhs, row, g.m, (0, g.k), scratch_ptr(ctx, a_off), g.m)
+    return a_off
+
+
+def decode_lhs_rows(ctx: EmitContext, g: ScaledGemm, row: RowMap) -> int:
+    """The lhs decoded as `[m, k]` f32 into shared scratch (row `r` from lhs row `row(r)`); its offset."""
+    a_off = ctx.scratch_alloc(4 * g.m * g.k)
+    with ctx.for_range(0, g.m, name="arow") as r:
+        at = scratch_ptr(ctx, a_off, imul(ctx.b, r, g.k), 4)
+        decode_transposed(ctx, g, g.lhs, lambda _: row(r), 1, (0, g.k), at, 1)
     return a_off
 
 
@@ -480,7 +506,9 @@ def scaled_grouped_matmul(ctx: EmitContext, t: T.ScaledGroupedMatMul) -> None:
         gemv(ctx, g, decode_lhs(ctx, g, lambda r: r), lambda sub: imul(sub.b, expert_of(sub, t.expert_idx, 0), t.n),
              t.dst)
     else:
-        a_off = decode_lhs(ctx, g, lambda r: ctx.load(perm, I64, r, base=ctx.scratch))
+        def sorted_row(r: Index) -> ir.Value:
+            return ctx.load(perm, I64, r, base=ctx.scratch)
+        a_off, a_rows_off = decode_lhs(ctx, g, sorted_row), decode_lhs_rows(ctx, g, sorted_row)
         c_off = ctx.scratch_alloc(4 * t.m * t.n)
 
         def experts(sub: EmitContext, body) -> None:
@@ -500,6 +528,6 @@ def scaled_grouped_matmul(ctx: EmitContext, t: T.ScaledGroupedMatMul) -> None:
                     value = sub.load(c_off, F32, iadd(sub.b, imul(sub.b, p, t.n), jj), n, base=sub.shared)
                     sub.store(t.dst, value, iadd(sub.b, imul(sub.b, row, t.n), jj))
                 sub.vector_loop(width, lanes, name="scol")
-        panel_products(ctx, g, a_off, ScratchRef(c_off), experts, scatter)
+        panel_products(ctx, g, a_off, ScratchRef(c_off), experts, scatter, a_rows_off)
     if t.has_bias:
         add_bias(ctx, t, lambda i: expert_of(ctx, t.expert_idx, i))

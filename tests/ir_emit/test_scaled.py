@@ -164,7 +164,8 @@ GROUPED = (   # m, k, n, experts, ids (None: interleaved, each row's id ≡ its 
     (7, 300, 70, 3, None, True),                      # several k-chunks, a ragged column panel
     (13, 2 * W + 3, W - 1, 4, None, True),            # every remainder tile size
     (3, 0, 5, 2, [1.0, 0.0, 1.0], False),             # k = 0: dst is the bias
-    (16, 512, 300, 3, None, False),                   # column panels split across threads
+    (4, 300, 70, 4, [3.0, 0.0, 3.0, 1.0], True),      # experts of one row (a GEMV per panel) and of two
+    (16, 512, 300, 3, [0, 0, 1] + [0] * 10 + [2, 0, 0], False),  # threads; two experts of one row
 )
 GROUPED_TYPES = ((F.F8E4M3, F.F8E5M2, L.BlockMxE8M0(block=32)), (F.F8E5M2Fnuz, F.F4E2M1, L.PerTensor),
                  (CUSTOM, F.F8E4M3Fnuz, L.Nvfp4(group=5)), (F.F8E4M3, F.F6E3M2, L.BlockMxE8M0(block=W + 3)))
@@ -172,8 +173,8 @@ GROUPED_TYPES = ((F.F8E4M3, F.F8E5M2, L.BlockMxE8M0(block=32)), (F.F8E5M2Fnuz, F
 
 def add_grouped(s: Suite) -> None:
     """ScaledGroupedMatMul per shape (formats and layout cycling), within f32 rounding of Σ|a·b| of the reference;
-    two interleaved cases also as one ScaledMatMul per expert over the same bytes (`per-expert-…`), which their
-    rows must equal bit for bit."""
+    three cases also as ScaledMatMuls per expert over the same bytes (`add_twins`), which their rows must equal
+    bit for bit."""
     for j, (m, k, n, experts, ids, twins) in enumerate(GROUPED):
         lf, rf, layout = GROUPED_TYPES[j % len(GROUPED_TYPES)]
         ids = np.float32(np.arange(m) % experts if ids is None else ids)
@@ -197,14 +198,24 @@ def add_grouped(s: Suite) -> None:
                                           lhs_fmt=lf, rhs_fmt=rf, layout=layout, has_bias=has_bias, **at),
               [o], compare=lambda g, w_, bound=bound: assert_close(g, w_, 0.0, bound))
         if twins:
-            slab, slab_scales = n * k, scale_bytes(layout, n, k)
-            for e in range(experts):
-                dst, o = s.out(np.float32, m * n)
-                s.add(f"per-expert-{e}-{name}", T.ScaledMatMul(
-                    lhs=at["input"], rhs=at["weight"] + e * slab, lhs_scale=at["input_scale"],
-                    rhs_scale=at["weight_scale"] + e * slab_scales, bias=at["bias"] + 4 * e * n, dst=dst, m=m, k=k,
-                    n=n, lhs_fmt=lf, rhs_fmt=rf, layout=layout, has_bias=has_bias), [o],
-                    compare=lambda g, w_: None)
+            add_twins(s, at, rows, T.ScaledMatMul(lhs=0, rhs=0, lhs_scale=0, rhs_scale=0, bias=0, dst=0, m=m, k=k, n=n,
+                                                  lhs_fmt=lf, rhs_fmt=rf, layout=layout, has_bias=has_bias), name)
+
+
+def add_twins(s: Suite, at: dict, ids: np.ndarray, like: T.ScaledMatMul, name: str) -> None:
+    """Per used expert e, a ScaledMatMul (`per-expert-e-<name>`) on the same bytes as the grouped case: over all
+    m rows when e has several, over its one row (m = 1, the GEMV path) when it has one."""
+    slab, slab_scales = like.n * like.k, scale_bytes(like.layout, like.n, like.k)
+    row_scales = 0 if like.layout.name == "PerTensor" else scale_bytes(like.layout, 1, like.k)
+    for e in sorted(set(ids.tolist())):
+        rows = np.flatnonzero(ids == e)
+        first = int(rows[0]) if rows.size == 1 else 0
+        m = 1 if rows.size == 1 else like.m
+        dst, o = s.out(np.float32, m * like.n)
+        s.add(f"per-expert-{e}-{name}", dataclasses.replace(
+            like, lhs=at["input"] + first * like.k, lhs_scale=at["input_scale"] + first * row_scales,
+            rhs=at["weight"] + e * slab, rhs_scale=at["weight_scale"] + e * slab_scales, bias=at["bias"] + 4 * e * like.n,
+            dst=dst, m=m), [o], compare=lambda g, w_: None)
 
 
 SUITE = build()
@@ -245,18 +256,18 @@ def test_e8m0_matches_ml_dtypes() -> None:
 def grouped_cases() -> list:
     """The grouped cases with per-expert ScaledMatMul twins."""
     return [c for c in SUITE.cases if c.name.startswith("ScaledGroupedMatMul-")
-            and f"per-expert-0-{c.name}" in SUITE.names]
+            and any(n.endswith(f"-{c.name}") and n.startswith("per-expert-") for n in SUITE.names)]
 
 
 @pytest.mark.parametrize("name", [c.name for c in grouped_cases()])
 def test_grouped_rows_equal_their_experts_matmul(outcome, name: str) -> None:
-    """Row i of a grouped product is bit for bit row i of the ScaledMatMul with expert idx[i]'s slab."""
+    """Row i of a grouped product is bit for bit row i of the ScaledMatMul with expert idx[i]'s slab (the panel
+    path), or that ScaledMatMul's one row when i is its expert's only row (the GEMV path)."""
     t = outcome.case(name).thunk
     ids = outcome.before[t.expert_idx:t.expert_idx + 4 * t.m].view(np.float32).astype(int)
-    got = outcome.output(name).reshape(t.m, t.n)
-    per_expert = [outcome.output(f"per-expert-{e}-{name}").reshape(t.m, t.n) for e in range(t.num_experts)]
-    assert sorted(set(ids)) == list(range(t.num_experts))
-    assert_same(got, np.stack([per_expert[e][i] for i, e in enumerate(ids)]), what=name)
+    twins = {e: outcome.output(f"per-expert-{e}-{name}").reshape(-1, t.n) for e in set(ids.tolist())}
+    want = np.stack([twins[e][i if len(twins[e]) > 1 else 0] for i, e in enumerate(ids)])
+    assert_same(outcome.output(name).reshape(t.m, t.n), want, what=name)
 
 
 def bad_grouped(lay: Suite, ids: list[float], experts: int = 2, m: int = 3, k: int = 40, n: int = 5):
