@@ -9,6 +9,8 @@ DequantMatMulNvfp4 and DequantMatMulMxFp4x2, all in one program.
   odd (a ragged last block; the nibble of a row straddling bytes), symmetric and asymmetric, blocks of
   1 and larger than k, some NVFP4 scale bytes NaN (→ 0); 1 and 2 threads give the same bytes.
 * Against an independent decode written from the spec text with `ml_dtypes`' decoders plus a float64 matmul.
+* The f16-conversion decoders (`lowp_floats.decode_via_f16`) equal the integer-bit ones for every code of
+  every format they serve, and with them switched off the float cases give the same bytes.
 * Bad input: block_size 0, group 0, no NVFP4 global scale, every buffer too short.
 """
 from __future__ import annotations
