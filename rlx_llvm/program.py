@@ -156,7 +156,8 @@ class Program:
                 if status:
                     index, code = (status >> 32) - 1, status & 0xFFFFFFFF
                     kind = type(self.schedule.thunks[index]).__name__
-                    raise ExecutionError(f"native kernel failed: {_describe(kind, code)} (status {code})",
+                    from .kernels.blas import describe_status   # lazily: it loads SciPy's BLAS
+                    raise ExecutionError(f"native kernel failed: {describe_status(code)} (status {code})",
                                          index=index, kind=kind, status=code)
             else:
                 try:
@@ -227,15 +228,6 @@ class Program:
     def __repr__(self) -> str:
         n = sum(len(s.indices) for s in self._steps if isinstance(s, NativeStep))
         return f"<Program: {len(self.schedule.thunks)} thunks, {n} native, {self.compile_ms:.0f} ms compile>"
-
-
-def _describe(kind: str, status: int) -> str:
-    """What a native status means: BLAS/LAPACK lowerings share one table (kernels.blas.Status)."""
-    low = registry.LOWERINGS.get(registry.ALL_THUNKS.get(kind))
-    if low is not None and "blas" in low.path.split("|"):
-        from .kernels.blas import describe_status
-        return describe_status(status)
-    return "error"
 
 
 def _arena_bytes(arena, needed: int) -> tuple[np.ndarray, int]:

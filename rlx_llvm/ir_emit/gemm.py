@@ -561,6 +561,14 @@ def expert_of(ctx: EmitContext, offset: int, row: ir.Value) -> ir.Value:
     return ctx.b.call(ctx.intrinsic("llvm.fptoui.sat.i64.f32", I64, [F32]), [x])
 
 
+def expert_status(ctx: EmitContext, t: T.Thunk, i: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(whether row `i`'s expert id, converted `as usize`, is below `t.num_experts`; the status
+    `INDEX_OUT_OF_RANGE | (i + 1) << 8` naming the row) — for `fail_unless`, in every grouped kind."""
+    b = ctx.b
+    ok = b.icmp_unsigned("<", expert_of(ctx, t.expert_idx, i), I64(t.num_experts))
+    return ok, b.or_(I32(int(Status.INDEX_OUT_OF_RANGE)), b.shl(b.trunc(b.add(i, I64(1)), I32), I32(8)))
+
+
 @lowering(T.GroupedMatMul, path="blas", check=_check_grouped)
 def grouped_mat_mul(ctx: EmitContext, t) -> None:
     """`out[i] = input[i]·W[idx[i]]`: rows counting-sorted by expert, one GEMM per expert.
@@ -578,8 +586,8 @@ def grouped_mat_mul(ctx: EmitContext, t) -> None:
     rows_in, rows_out = ctx.scratch_alloc(m * k * 4), ctx.scratch_alloc(m * n * 4)
     zero_bytes(ctx, scratch_ptr(ctx, counts), e_count * 8)
     with ctx.for_range(0, m, name="count") as i:
+        fail_unless(ctx, *expert_status(ctx, t, i))
         e = expert_of(ctx, t.expert_idx, i)
-        fail_unless(ctx, b.icmp_unsigned("<", e, I64(e_count)), Status.INDEX_OUT_OF_RANGE)
         ctx.store(expert, e, i, base=ctx.scratch)
         ctx.store(counts, b.add(ctx.load(counts, I64, e, base=ctx.scratch), I64(1)), e, base=ctx.scratch)
     if k == 0:

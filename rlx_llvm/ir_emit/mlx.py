@@ -13,7 +13,7 @@ codes that straddle two words take their high bits from the next one).  Affine v
 The tile (`NR` weight rows × `MR` rows of x) decodes each `CW`-lane chunk once into a register and
 multiplies it into every row's accumulators, so W is never materialised in f32 and `m = 1` streams the
 packed bytes once; weight rows are split across threads.  The grouped kind checks every expert id
-(an integer in `[0, num_experts)`, else status `INDEX_OUT_OF_RANGE | row << 8`) before writing anything,
+(the f32 id `as usize` below `num_experts`, else status `INDEX_OUT_OF_RANGE | (row + 1) << 8`) before writing anything,
 then runs each row as a GEMV over its expert's slab.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ..reference.mlx import code_bits
 from ..reference.scaled import FORMATS
 from ..registry import lowering
 from .context import EmitContext
-from .gemm import expert_of
+from .gemm import expert_of, expert_status
 from .gguf import horizontal_sum, zero_fill
 from .lowp_floats import decode
 from .toolkit import F32, FASTMATH, I16, I32, I64, I8, PTR, bf16_bits_to_f32, carried_loop, const, fail_unless, splat
@@ -321,16 +321,6 @@ def dequant_matmul_mlx(ctx: EmitContext, t: T.DequantMatMulMlx) -> None:
         weight_row_tiles(sub, start, stop, rows_against)
 
     ctx.parallel_for(t.n, columns, grain=NR, min_work=min_work(w, t.m))
-
-
-def expert_status(ctx: EmitContext, t: T.Thunk, i: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """(whether row `i`'s f32 id in `t.expert_idx` is an integer in `[0, t.num_experts)`, the status
-    `INDEX_OUT_OF_RANGE | i << 8` naming the row) — for `fail_unless`; any grouped thunk with those fields."""
-    b = ctx.b
-    expert = expert_of(ctx, t.expert_idx, i)
-    exact = b.fcmp_ordered("==", b.uitofp(expert, F32), ctx.load(t.expert_idx, F32, i))
-    ok = b.and_(exact, b.icmp_unsigned("<", expert, I64(t.num_experts)))
-    return ok, b.or_(I32(int(Status.INDEX_OUT_OF_RANGE)), b.shl(b.trunc(i, I32), I32(8)))
 
 
 @lowering(T.DequantGroupedMatMulMlx, check=check_grouped_mlx)

@@ -25,7 +25,7 @@ from .rows import Combine, parallel_rows, reduce_row
 from .. import jit
 from .gemm import ACCUMULATORS, PANEL_VECTORS, PARALLEL_MIN_FMAS, TileShape, _runs, expert_of
 from .gguf import horizontal_sum
-from .mlx import expert_status
+from .gemm import expert_status
 from .toolkit import (F32, I32, I64, I8, Index, as_value, call_intrinsic, entry_alloca, fail_unless, iadd, imul,
                       scratch_ptr, splat, vec, zero_bytes)
 
@@ -464,8 +464,8 @@ def scaled_matmul(ctx: EmitContext, t: T.ScaledMatMul) -> None:
 
 
 def sort_rows_by_expert(ctx: EmitContext, t: T.ScaledGroupedMatMul) -> tuple[int, int]:
-    """Check every row's expert id (an integer in `[0, E)`, else `INDEX_OUT_OF_RANGE | row << 8` naming the first
-    bad row: mlx's `expert_status`) and counting-sort the rows by expert, stably, into shared scratch:
+    """Check every row's expert id (`as usize` below `E`, else `INDEX_OUT_OF_RANGE | (row + 1) << 8` naming the
+    first bad row: gemm's `expert_status`) and counting-sort the rows by expert, stably, into shared scratch:
     `starts[E + 1]` (expert e's rows are sorted positions `[starts[e], starts[e + 1])`) and `perm[m]` (sorted
     position → row). Returns their offsets."""
     b, e_count = ctx.b, t.num_experts

@@ -42,12 +42,14 @@ class Status(enum.IntEnum):
 
 
 def describe_status(status: int) -> str:
-    """Human-readable meaning of a status returned by a BLAS/LAPACK lowering."""
+    """Human-readable meaning of a native thunk's failure status (BLAS/LAPACK, or an index check)."""
     reason, where = status & 0xFF, status >> 8
     try:
         text = Status(reason).name.lower().replace("_", " ")
     except ValueError:
         return f"unknown status {status}"
+    if reason == Status.INDEX_OUT_OF_RANGE:   # grouped kinds: `(row + 1) << 8` names the first bad row
+        return f"{text} (expert id of row {where - 1})" if where else text
     return f"{text} (batch slice {where})" if where else text
 
 

@@ -129,12 +129,21 @@ def expert_ids(arena: np.ndarray, offset: int, m: int) -> np.ndarray:
     return np.trunc(np.nan_to_num(np.maximum(ids, 0.0), nan=0.0, posinf=2.0**63)).astype(np.uint64)
 
 
+def checked_expert_ids(arena: np.ndarray, t) -> np.ndarray:
+    """Each row's expert `as usize`; an id ≥ `t.num_experts` raises IndexError naming the first such row."""
+    ids = expert_ids(arena, t.expert_idx, t.m)
+    bad = np.flatnonzero(ids >= t.num_experts)
+    if bad.size:
+        row = int(bad[0])
+        raise IndexError(f"row {row}: expert id {view(arena, t.expert_idx, np.float32, t.m)[row]!r} ≥ "
+                         f"num_experts {t.num_experts}")
+    return ids.astype(np.intp)
+
+
 @reference(T.GroupedMatMul)
 def grouped_mat_mul(arena: np.ndarray, t) -> None:
     """`out[i] = input[i]·W[idx[i]]`, W `[E, K, N]` (or `[E, N, K]` when `w_transposed`)."""
-    ids = expert_ids(arena, t.expert_idx, t.m)
-    if t.m and ids.max() >= t.num_experts:
-        raise IndexError(f"expert id {int(ids.max())} ≥ num_experts {t.num_experts}")
+    ids = checked_expert_ids(arena, t)
     x = matrix(arena, t.input, t.m, t.k_dim)
     out = np.zeros((t.m, t.n))
     for i, e in enumerate(ids):

@@ -16,7 +16,7 @@ from .. import thunks as T
 from ..ops import QuantScheme
 from ..thunks.quant import GGUF_BLOCKS
 from . import reference, view
-from .gemm import expert_ids
+from .gemm import checked_expert_ids
 
 IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 
@@ -187,9 +187,7 @@ def dequant_matmul_gguf(arena: np.ndarray, t: T.DequantMatMulGguf) -> None:
 @reference(T.DequantGroupedMatMulGguf)
 def dequant_grouped_matmul_gguf(arena: np.ndarray, t: T.DequantGroupedMatMulGguf) -> None:
     """`dst[i] = input[i] @ W[idx[i]]ᵀ` over `num_experts` decoded `[n, k_dim]` slabs."""
-    ids = expert_ids(arena, t.expert_idx, t.m)
-    if t.m and ids.max() >= t.num_experts:
-        raise IndexError(f"expert id {int(ids.max())} ≥ num_experts {t.num_experts}")
+    ids = checked_expert_ids(arena, t)
     w = slabs(arena, t, t.num_experts, t.k_dim)
     x = view(arena, t.input, np.float32, t.m * t.k_dim).reshape(t.m, t.k_dim)
     with np.errstate(invalid="ignore", over="ignore"):

@@ -16,6 +16,7 @@ from ..ops import QuantScheme
 from ..thunks.base import cdiv
 from ..thunks.quant import mlx_bytes
 from . import reference, view
+from .gemm import checked_expert_ids
 from .halves import bf16_bits_to_f32
 from .scaled import FORMATS, decode
 
@@ -85,17 +86,6 @@ def matmul_rows(x: np.ndarray, w: np.ndarray) -> np.ndarray:
                          .astype(np.float64)).astype(np.float32)
 
 
-def expert_rows(arena: np.ndarray, t: T.DequantGroupedMatMulMlx) -> np.ndarray:
-    """Each row's expert id; an id that is not an integer in `[0, num_experts)` raises IndexError naming the row."""
-    ids = view(arena, t.expert_idx, np.float32, t.m)
-    with np.errstate(invalid="ignore"):
-        bad = np.flatnonzero(~((ids >= 0) & (ids < t.num_experts) & (np.floor(ids) == ids)))
-    if bad.size:
-        row = int(bad[0])
-        raise IndexError(f"row {row}: expert id {ids[row]!r} is not an integer in [0, num_experts {t.num_experts})")
-    return ids.astype(np.intp)
-
-
 @reference(T.DequantMatMulMlx)
 def dequant_matmul_mlx(arena: np.ndarray, t: T.DequantMatMulMlx) -> None:
     """`dst = x @ Wᵀ` with W `[n, k]` decoded to f32, products summed in f64."""
@@ -107,7 +97,7 @@ def dequant_matmul_mlx(arena: np.ndarray, t: T.DequantMatMulMlx) -> None:
 @reference(T.DequantGroupedMatMulMlx)
 def dequant_grouped_matmul_mlx(arena: np.ndarray, t: T.DequantGroupedMatMulMlx) -> None:
     """`dst[i] = input[i] @ W[idx[i]]ᵀ` over `num_experts` decoded `[n, k_dim]` slabs."""
-    ids = expert_rows(arena, t)
+    ids = checked_expert_ids(arena, t)
     w = slabs(arena, t, t.num_experts, t.k_dim, t.slab_bytes, t.scale_bf16)
     x = view(arena, t.input, np.float32, t.m * t.k_dim).reshape(t.m, t.k_dim)
     view(arena, t.dst, np.float32, t.m * t.n)[:] = matmul_rows(x, w[ids]).reshape(-1)

@@ -19,6 +19,7 @@ from ..ops import ScaledFormat, ScaleLayout
 from ..thunks.base import cdiv
 from ..thunks.quant import scale_bytes
 from . import reference, view
+from .gemm import checked_expert_ids
 
 E8M0_BIAS = 127
 
@@ -200,9 +201,8 @@ def scaled_matmul(arena, t) -> None:
 @reference(T.ScaledGroupedMatMul)
 def scaled_grouped_matmul(arena, t) -> None:
     """`dst[i] = dequantized(input[i]) · dequantized(weight[idx[i]])ᵀ (+ bias[idx[i]])`, in float64; an id that
-    is not an integer in `[0, num_experts)` is an IndexError naming its row."""
-    from .mlx import expert_rows   # here: reference.mlx imports this module
-    ids = expert_rows(arena, t)
+    is ≥ num_experts `as usize` is an IndexError naming its row."""
+    ids = checked_expert_ids(arena, t)
     a = dequantized(arena, t.lhs_fmt, t.layout, t.input, t.input_scale, t.m, t.k).reshape(t.m, t.k)
     slab_scales = scale_bytes(t.layout, t.n, t.k)
     w = {e: dequantized(arena, t.rhs_fmt, t.layout, t.weight + e * t.n * t.k, t.weight_scale + e * slab_scales,

@@ -361,7 +361,9 @@ def test_out_of_range_expert_id_is_an_execution_error() -> None:
     prog = rl.compile(rl.ThunkSchedule([before, bad], arena_bytes=lay.nbytes), cache=False)
     with pytest.raises(ExecutionError) as info:
         prog.run(arena)
-    assert (info.value.index, info.value.kind, info.value.status) == (1, "GroupedMatMul", Status.INDEX_OUT_OF_RANGE)
+    assert (info.value.index, info.value.kind, info.value.status) == (1, "GroupedMatMul",
+                                                                      Status.INDEX_OUT_OF_RANGE | 2 << 8)
+    assert "index out of range (expert id of row 1)" in str(info.value)
     assert np.array_equal(arena.view(before.c, "f32", 4), expected[before.c:before.c + 16].view(np.float32))
     assert (arena.bytes[bad.dst:bad.dst + 24] == SENTINEL).all(), "the failing thunk writes nothing"
 

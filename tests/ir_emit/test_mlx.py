@@ -31,6 +31,7 @@ from rlx_llvm.jit import host
 from rlx_llvm.kernels.blas import Status
 from rlx_llvm.ops import QuantScheme
 from rlx_llvm.reference import mlx as ref
+from rlx_llvm.reference.gemm import checked_expert_ids
 from rlx_llvm.reference.halves import bf16_bits_to_f32, f32_to_bf16_bits
 from rlx_llvm.thunks.quant import mlx_bytes
 from tests.harness import NAN_FILL as SENTINEL
@@ -369,7 +370,7 @@ def test_suite_covers_the_shapes() -> None:
         == {(b, g) for b in emit.AFFINE_BITS for g in (32, 64, 128)}
     arena = SUITE.initial_bytes()
     for t in (c.thunk for c in SUITE.cases if isinstance(c.thunk, T.DequantGroupedMatMulMlx)):
-        assert set(ref.expert_rows(arena, t)) == set(range(t.num_experts))
+        assert set(checked_expert_ids(arena, t)) == set(range(t.num_experts))
 
 
 # ── expert ids that are not experts ──────────────────────────────────────────
@@ -401,26 +402,34 @@ def bad_ids() -> BadIds:
     return BadIds()
 
 
-@pytest.mark.parametrize("bad", [3.0, 7.0, 1.5, -1.0, np.nan, np.inf, 2.0 ** 40])
+@pytest.mark.parametrize("bad", [3.0, 7.0, 3.5, np.inf, 2.0 ** 40])
 @pytest.mark.parametrize("row", [0, 2])
 def test_bad_expert_id_is_an_execution_error_naming_the_row(bad_ids: BadIds, bad: float, row: int) -> None:
-    """Native: INDEX_OUT_OF_RANGE with the row in the bits above, nothing written; the reference raises too."""
+    """An id ≥ num_experts `as usize`: INDEX_OUT_OF_RANGE with row + 1 in the bits above, the message names the
+    row, nothing written; the reference raises too."""
     t = bad_ids.thunk
     arena = rl.Arena.from_bytes(bad_ids.arena(row, bad))
     with pytest.raises(ExecutionError) as info:
         bad_ids.program.run(arena)
-    assert (info.value.kind, info.value.status) == ("DequantGroupedMatMulMlx", Status.INDEX_OUT_OF_RANGE | row << 8)
+    assert (info.value.kind, info.value.status) == ("DequantGroupedMatMulMlx",
+                                                    Status.INDEX_OUT_OF_RANGE | (row + 1) << 8)
+    assert f"expert id of row {row}" in str(info.value)
     assert (arena.bytes[t.dst:t.dst + 64] == SENTINEL).all(), "the failing thunk writes nothing"
     with pytest.raises(IndexError, match=f"row {row}: expert id"):
         reference_registry.run_thunk(bad_ids.arena(row, bad), t)
 
 
-def test_good_expert_ids_run(bad_ids: BadIds) -> None:
-    """The same program with every id valid (−0.0 is expert 0) writes what the reference does."""
+@pytest.mark.parametrize("ids", [-0.0, 1.5, 2.99, -1.0, np.nan, -np.inf])
+def test_ids_convert_as_usize(bad_ids: BadIds, ids: float) -> None:
+    """Ids truncate toward zero, negative and NaN ids are expert 0 (semantics.md §1): the same bytes as the
+    integer id, and as the reference."""
     t = bad_ids.thunk
-    got, want = rl.Arena.from_bytes(bad_ids.arena(0, -0.0)), bad_ids.arena(0, -0.0)
+    got, want = rl.Arena.from_bytes(bad_ids.arena(0, ids)), bad_ids.arena(0, ids)
+    same = rl.Arena.from_bytes(bad_ids.arena(0, float(checked_expert_ids(want, t)[0])))
+    bad_ids.program.run(same)
     bad_ids.program.run(got)
     reference_registry.run_thunk(want, t)
+    assert np.array_equal(got.bytes[t.dst:t.dst + 64], same.bytes[t.dst:t.dst + 64])
     assert_close(got.bytes[t.dst:t.dst + 64].view(np.float32), want[t.dst:t.dst + 64].view(np.float32), rtol=1e-5,
                  atol=1e-5)
 

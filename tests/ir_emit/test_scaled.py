@@ -282,10 +282,10 @@ def bad_grouped(lay: Suite, ids: list[float], experts: int = 2, m: int = 3, k: i
 
 
 @pytest.mark.parametrize("ids, row", [([0, 1, 2], 2), ([1, 7, 0], 1), ([2, 0, 3e9], 0), ([1, 0, np.inf], 2),
-                                     ([1, 0.5, 1], 1), ([-1, 0, 1], 0), ([0, 1, np.nan], 2), ([1, 1, 1.0001], 2)])
+                                     ([1, 2.5, 1], 1)])
 def test_bad_expert_id_names_its_row(ids: list[float], row: int) -> None:
-    """An id that is not an integer in [0, num_experts) (too big, inf, a fraction, negative, NaN): ExecutionError,
-    INDEX_OUT_OF_RANGE with the first bad row above the low byte, nothing written; the reference raises IndexError
+    """An id ≥ num_experts `as usize` (too big, inf, 2.5 → 2): ExecutionError, INDEX_OUT_OF_RANGE with the first bad
+    row + 1 above the low byte and the row in the message, nothing written; the reference raises IndexError
     naming the row."""
     lay = Suite(5, fill=NAN_FILL)
     bad = bad_grouped(lay, ids)
@@ -293,7 +293,8 @@ def test_bad_expert_id_names_its_row(ids: list[float], row: int) -> None:
     with pytest.raises(ExecutionError) as info:
         rl.compile(rl.ThunkSchedule([bad], arena_bytes=lay.nbytes), cache=False).run(arena)
     assert info.value.kind == "ScaledGroupedMatMul"
-    assert (info.value.status & 0xFF, info.value.status >> 8) == (Status.INDEX_OUT_OF_RANGE, row)
+    assert (info.value.status & 0xFF, info.value.status >> 8) == (Status.INDEX_OUT_OF_RANGE, row + 1)
+    assert f"expert id of row {row}" in str(info.value)
     assert (arena.bytes[bad.dst:bad.dst + 4 * bad.m * bad.n] == NAN_FILL).all(), "the failing thunk writes nothing"
     with pytest.raises(IndexError, match=f"row {row}: .* num_experts 2"):
         reference_registry.run_thunk(lay.initial_bytes(), bad)
@@ -337,3 +338,18 @@ def test_bad_matmul_is_refused(kind: str, field_name: str, change: dict, match: 
                            dst=t.dst, m=t.m, k=t.k, n=t.n, lhs_fmt=t.lhs_fmt, rhs_fmt=t.rhs_fmt, layout=t.layout,
                            has_bias=True)
     expect_invalid(dataclasses.replace(t, **change), lay.nbytes, field_name, match)
+
+
+@pytest.mark.parametrize("ids, same", [([1, 0.5, 1.9], [1, 0, 1]), ([-1, 0, 1], [0, 0, 1]), ([0, 1, np.nan], [0, 1, 0]),
+                                       ([-np.inf, 1.0001, -0.0], [0, 1, 0])])
+def test_ids_convert_as_usize(ids: list[float], same: list[int]) -> None:
+    """Ids truncate toward zero; negative and NaN ids are expert 0 (semantics.md §1): the same bytes as the
+    integer ids."""
+    outs = []
+    for chosen in (ids, same):
+        lay = Suite(5, fill=NAN_FILL)
+        t = bad_grouped(lay, chosen)
+        arena = lay.arena()
+        rl.compile(rl.ThunkSchedule([t], arena_bytes=lay.nbytes), cache=False).run(arena)
+        outs.append(arena.bytes[t.dst:t.dst + 4 * t.m * t.n].copy())
+    assert np.array_equal(*outs)

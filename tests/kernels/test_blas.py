@@ -45,6 +45,8 @@ def test_functions_with_a_return_value_are_refused_for_ir() -> None:
 def test_describe_status() -> None:
     assert blas.describe_status(int(blas.Status.NOT_POSITIVE_DEFINITE)) == "not positive definite"
     assert blas.describe_status(1 | 5 << 8) == "singular (batch slice 5)"
+    assert blas.describe_status(4 | 1 << 8) == "index out of range (expert id of row 0)"
+    assert blas.describe_status(4) == "index out of range"
     assert "unknown" in blas.describe_status(99)
 
 
