@@ -71,6 +71,12 @@ class Block:
         """The f16 at `byte`, widened exactly to f32."""
         return self.b.fpext(self.b.bitcast(self.load(byte, I16), F16), F32)
 
+    def half_lanes(self, byte: int) -> ir.Value:
+        """The f16 at `byte` in every lane, widened exactly to f32 (a broadcast load and one convert)."""
+        b = self.b
+        halves = b.bitcast(splat(b, self.load(byte, I16), self.width), vec(F16, self.width))
+        return b.fpext(halves, vec(F32, self.width))
+
     def f32(self, byte: int) -> ir.Value:
         """The f32 at `byte`."""
         return self.load(byte, F32)
@@ -203,31 +209,32 @@ def value(blk: Block, p: Piece) -> ir.Value:
 
 
 def q8_0(blk: Block, e: int) -> Piece:
-    return Piece(blk.signed_codes(2 + e), blk.half(0))
+    return Piece(blk.signed_codes(2 + e), blk.half_lanes(0))
 
 
 def q4_0(blk: Block, e: int) -> Piece:
     codes, shift = nibble_bits(blk, 2, e)
-    return Piece(codes, blk.half(0), -8, shift=shift)
+    return Piece(codes, blk.half_lanes(0), -8, shift=shift)
 
 
 def q4_1(blk: Block, e: int) -> Piece:
     codes, shift = nibble_bits(blk, 4, e)
-    return Piece(codes, blk.half(0), bias=blk.half(2), shift=shift)
+    return Piece(codes, blk.half_lanes(0), bias=blk.half_lanes(2), shift=shift)
 
 
 def q5_0(blk: Block, e: int) -> Piece:
     codes, shift = nibble_bits(blk, 6, e)
-    return Piece(blk.or_shl(codes, blk.word_bits(2, e), 4 + shift), blk.half(0), -16, shift=shift)
+    return Piece(blk.or_shl(codes, blk.word_bits(2, e), 4 + shift), blk.half_lanes(0), -16, shift=shift)
 
 
 def q5_1(blk: Block, e: int) -> Piece:
     codes, shift = nibble_bits(blk, 8, e)
-    return Piece(blk.or_shl(codes, blk.word_bits(4, e), 4 + shift), blk.half(0), bias=blk.half(2), shift=shift)
+    return Piece(blk.or_shl(codes, blk.word_bits(4, e), 4 + shift), blk.half_lanes(0), bias=blk.half_lanes(2),
+                 shift=shift)
 
 
 def iq4_nl(blk: Block, e: int) -> Piece:
-    return Piece(blk.lookup(nibble(blk, 2, e)), blk.half(0))
+    return Piece(blk.lookup(nibble(blk, 2, e)), blk.half_lanes(0))
 
 
 def q8_k(blk: Block, e: int) -> Piece:
@@ -379,33 +386,41 @@ def tile(ctx: EmitContext, t: T.DequantMatMulGguf, sums: int, j: ir.Value, cols:
     chains = max(1, min(elems // unit, ACCUMULATORS // (rows * cols)))
     slots = [(r, c) for r in range(rows) for c in range(cols)]
 
-    def sum_rows(blk: ir.Value) -> list[ir.Value]:
-        """Index of the first group of block `blk` in each x row's group sums."""
-        return [b.add(b.mul(b.add(row, I64(r)), I64(t.k // group)), b.mul(blk, I64(elems // group))) for r in range(rows)]
+    def blocks_at(blk: ir.Value) -> list[Block]:
+        return [Block(b, b.gep(w, [b.mul(blk, I64(nbytes))], source_etype=I8, inbounds=True), width) for w in w_rows]
 
-    def step(blk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-        first, accs = b.mul(blk, I64(elems)), list(accs)
-        packed = [Block(b, b.gep(w, [b.mul(blk, I64(nbytes))], source_etype=I8, inbounds=True), width) for w in w_rows]
-        for start in range(0, elems, span):
-            groups = [range(g, g + group, width) for g in range(start, start + span, group)]
-            xs = [{e: ctx.load(0, F32, b.add(first, I64(e)), width, base=x) for g in groups for e in g} for x in x_rows]
-            x_sums = [{g[0]: ctx.load(sums, F32, b.mul(b.add(s, I64(g[0] // group)), I64(width)), width, base=ctx.shared)
-                       for g in groups} for s in sum_rows(blk)]
-            for c, block in enumerate(packed):
-                pieces = {e: decode(block, e) for g in groups for e in g}
-                weights = {e: value(block, p) for e, p in pieces.items()} if rows > 1 else {}
-                for r, x in enumerate(xs):
-                    base = (r * cols + c) * chains
-                    for g in groups:
-                        if rows > 1:  # the decoded weights serve every row: plain FMAs
-                            for e in g:
-                                at = base + e // unit % chains
-                                accs[at] = b.fadd(accs[at], b.fmul(x[e], weights[e], flags=FASTMATH), flags=FASTMATH)
-                        else:
-                            at = base + g[0] // unit % chains
-                            accs[at] = group_dot(b, [pieces[e] for e in g], [x[e] for e in g], x_sums[r][g[0]], accs[at])
+    def x_chunk(x: ir.Value, blk: ir.Value, e: int) -> ir.Value:
+        return ctx.load(0, F32, b.add(b.mul(blk, I64(elems)), I64(e)), width, base=x)
+
+    def gemm_step(blk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+        """Each chunk decoded to f32 once, multiplied into every row of x."""
+        packed, accs = blocks_at(blk), list(accs)
+        for e in range(0, elems, width):
+            weights = [value(block, decode(block, e)) for block in packed]
+            for r, x in enumerate(x_rows):
+                xe = x_chunk(x, blk, e)
+                for c, w in enumerate(weights):
+                    at = (r * cols + c) * chains + e // unit % chains
+                    accs[at] = b.fadd(accs[at], b.fmul(xe, w, flags=FASTMATH), flags=FASTMATH)
         return accs
 
+    def gemv_step(blk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+        """Per span: the x chunks and group sums loaded once, each weight row's groups folded."""
+        packed, accs = blocks_at(blk), list(accs)
+        for start in range(0, elems, span):
+            groups = [range(g, g + group, width) for g in range(start, start + span, group)]
+            xs = {e: x_chunk(x_rows[0], blk, e) for g in groups for e in g}
+            first_sum = b.add(b.mul(row, I64(t.k // group)), b.mul(blk, I64(elems // group)))
+            x_sums = {g[0]: ctx.load(sums, F32, b.mul(b.add(first_sum, I64(g[0] // group)), I64(width)), width,
+                                     base=ctx.shared) for g in groups}
+            for c, block in enumerate(packed):
+                pieces = {e: decode(block, e) for g in groups for e in g}
+                for g in groups:
+                    at = c * chains + g[0] // unit % chains
+                    accs[at] = group_dot(b, [pieces[e] for e in g], [xs[e] for e in g], x_sums[g[0]], accs[at])
+        return accs
+
+    step = gemm_step if rows > 1 else gemv_step
     zero = const(F32, 0.0, width)
     accs = carried_loop(ctx, 0, blocks, 1, [zero] * (len(slots) * chains), step, name="blk")
     for s, (r, c) in enumerate(slots):
@@ -491,11 +506,14 @@ def dequant_matmul_gguf(ctx: EmitContext, t: T.DequantMatMulGguf) -> None:
 
 
 def weight_rows(ctx: EmitContext, scheme: str, rows: int) -> int:
-    """Weight rows a tile decodes together (1…MAX_NR): as many as the host's vector registers hold
-    beside one span of x chunks per row of x."""
+    """Weight rows a tile decodes together (1…MAX_NR): with several rows of x, enough for
+    `ACCUMULATORS` outputs; with one, as many spans of decoded chunks as the host's vector registers
+    hold beside one span of x chunks."""
+    if rows > 1:
+        return max(1, min(MAX_NR, ACCUMULATORS // rows))
     registers = 32 if ctx.lanes >= 16 else 16
     chunks = SPAN.get(scheme, GROUP[scheme]) // chunk_width(ctx.lanes)
-    return max(1, min(MAX_NR, registers // (chunks * rows)))
+    return max(1, min(MAX_NR, (registers - chunks) // chunks))
 
 
 def by_tiles(ctx: EmitContext, start: ir.Value, stop: ir.Value, nr: int, emit: Callable[[ir.Value, int], None]
