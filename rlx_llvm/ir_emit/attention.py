@@ -69,7 +69,7 @@ def check_attention(t) -> None:
         raise ValidationError(f"softcap = {t.softcap}; it must be ≥ 0 and finite (0 = off)", field="softcap")
 
 
-@lowering(T.Attention, check=check_attention)
+@lowering(T.Attention, check=check_attention, shared_body=True)
 def attention(ctx: EmitContext, t) -> None:
     """`out = softmax(mask(softcap(q·kᵀ·scale)))·v` per (batch, head, query row)."""
     units = t.batch * t.heads

@@ -156,7 +156,7 @@ def rms_norm(ctx: EmitContext, t) -> None:
     _affine_norm(ctx, t, (t.src,), None, t.dst, center=False)
 
 
-@lowering(T.FusedResidualLN, inplace=True)
+@lowering(T.FusedResidualLN, inplace=True, shared_body=True)
 def fused_residual_ln(ctx: EmitContext, t) -> None:
     """LayerNorm of `x + res (+ bias)`; the sum is recomputed in the normalize pass, never stored."""
     _affine_norm(ctx, t, (t.x, t.res), t.bias if t.has_bias else None, t.out, center=True)
