@@ -46,20 +46,23 @@ def load_all() -> None:
         importlib.import_module(name)
 
 
-def run_thunk(arena: np.ndarray, thunk: Thunk) -> None:
-    """Execute one thunk with its NumPy reference."""
+def run_thunk(arena: np.ndarray, thunk: Thunk, rng=None) -> None:
+    """Execute one thunk with its NumPy reference (`rng`: the schedule's RngOptions, for the RNG kinds)."""
     load_all()
     fn = REFERENCES.get(type(thunk))
     if fn is None:
         raise NotImplementedError(f"no NumPy reference for {type(thunk).__name__}")
-    fn(arena, thunk)
+    if rng is not None and getattr(fn, "reads_rng_policy", False):
+        fn(arena, thunk, rng)
+    else:
+        fn(arena, thunk)
 
 
 def run(schedule, arena) -> None:
     """Execute a whole schedule with the NumPy references, in order, on `arena`."""
     buf = arena.bytes if hasattr(arena, "bytes") else arena
     for t in schedule.thunks:
-        run_thunk(buf, t)
+        run_thunk(buf, t, getattr(schedule, "rng", None))
 
 
 def view(arena: np.ndarray, offset: int, dtype, count: int) -> np.ndarray:

@@ -1,0 +1,15 @@
+"""Examples of the random fills (RLX's Philox stream under the default `RngOptions`) — odd lengths, so the
+last Philox block is partly used."""
+from __future__ import annotations
+
+from .. import thunks as T
+from .layout import Example, example
+
+
+def rng() -> list[Example]:
+    """RngUniform and RngNormal of 37 values (bit-exact: the draws are integer arithmetic plus one rounding
+    of ln/cos)."""
+    return [example("RngUniform/len37", T.RngUniform(dst=0, len=37, low=-1.0, high=2.0, key=11, op_seed=None),
+                    rtol=0.0),
+            example("RngNormal/len37", T.RngNormal(dst=0, len=37, mean=0.5, scale=2.0, key=12, op_seed=None),
+                    rtol=0.0)]
