@@ -11,6 +11,7 @@ from __future__ import annotations
 from . import ops, thunks
 from .arena import Arena
 from .coverage import coverage
+from .custom_ops import register_custom_op, registered_custom_ops, unregister_custom_op
 from .dtypes import DType, HalfKind, LaneKind
 from .errors import ExecutionError, RlxError, UnsupportedThunkError, ValidationError
 from .ops import (Activation, AttentionBwdWrt, BinaryOp, ChainOperand, ChainStep, CmpOp, MaskKind,
@@ -23,7 +24,7 @@ from .schedule import ThunkSchedule
 __version__ = "0.1.0"
 
 __all__ = ["Arena", "Program", "ThunkSchedule", "compile", "coverage", "thunks", "ops",
-           "set_num_threads", "get_num_threads",
+           "set_num_threads", "get_num_threads", "register_custom_op", "unregister_custom_op", "registered_custom_ops",
            "RlxError", "ValidationError", "UnsupportedThunkError", "ExecutionError",
            "DType", "LaneKind", "HalfKind", "Activation", "AttentionBwdWrt", "BinaryOp", "ChainOperand",
            "ChainStep", "CmpOp", "MaskKind", "QuantScheme", "ReduceOp", "RngBackend", "RngOptions",

@@ -183,6 +183,7 @@ class ModuleBuilder:
 def _path_taken(noted: set[str], registered: str) -> str:
     """What a compiled thunk became: `blas` if it calls BLAS, else `llvm` if it noted IR code (or
     chose IR tiles over BLAS), else the registered path."""
-    if "blas" in noted:
-        return "blas"
+    for outside in ("blas", "c", "python"):  # code from outside the module (CustomOp kernels: docs/custom-ops.md)
+        if outside in noted:
+            return outside
     return "llvm" if noted or registered == "llvm|blas" else registered

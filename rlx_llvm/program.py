@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from . import cache as object_cache
-from . import jit, registry
+from . import custom_ops, jit, registry
 from .arena import ALIGNMENT, Arena
 from .cache import ObjectCache
 from .codegen import FallbackStep, ModuleBuilder, NativeStep, plan
@@ -99,7 +99,7 @@ class Program:
         self.scratch_bytes: int = mb.scratch_bytes
         """Bytes of per-thread scratch the native code needs (allocated lazily per calling thread)."""
         self._emit_ms = mb.emit_ms
-        self._ir_text = str(mb.module)
+        self._ir_text = custom_ops.link_ir_kernels(mb.module)
         self._timings = {"emit": (time.perf_counter() - t0) * 1e3}
         if any(isinstance(s, NativeStep) for s in self._steps):
             self._code = jit.compile_ir(self._ir_text, opt=self.opt_level, cache=cache)
@@ -156,6 +156,9 @@ class Program:
                 if status:
                     index, code = (status >> 32) - 1, status & 0xFFFFFFFF
                     kind = type(self.schedule.thunks[index]).__name__
+                    custom = custom_ops.describe_failure(self.schedule.thunks[index], code)
+                    if custom:
+                        raise ExecutionError(custom[0], index=index, kind=kind, status=code) from custom[1]
                     from .kernels.blas import describe_status   # lazily: it loads SciPy's BLAS
                     raise ExecutionError(f"native kernel failed: {describe_status(code)} (status {code})",
                                          index=index, kind=kind, status=code)

@@ -12,8 +12,8 @@ from typing import Callable
 
 from .thunks import ALL_THUNKS, Thunk
 
-PATHS = ("llvm", "blas", "scipy")
-NATIVE_PATHS = ("llvm", "blas", "llvm|blas")  # "llvm|blas": IR tiles or a BLAS call, chosen by size
+PATHS = ("llvm", "blas", "scipy", "c", "python")  # "c"/"python": a CustomOp's registered kernel
+NATIVE_PATHS = ("llvm", "blas", "llvm|blas", "llvm|c|python")  # "llvm|blas": IR tiles or a BLAS call, chosen by size
 
 # Every module that registers lowerings, in import order: the IR emitter families, then the fallbacks.
 FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
@@ -28,6 +28,7 @@ FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
     "control",
     "mlx",
     "recurrent",
+    "custom_op",
     "rng",
 )) + ("rlx_llvm.kernels.fallbacks",)
 

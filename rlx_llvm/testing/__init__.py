@@ -25,6 +25,7 @@ from . import ssm
 from . import control
 from . import mlx
 from . import recurrent
+from . import custom_op
 from . import rng
 from .compare import assert_close, assert_outputs_match
 from .layout import (Buffer, Example, Values, bf16, example, ints, normal, pack, shift, side_by_side, spd, uniform,
@@ -48,6 +49,7 @@ FAMILIES: dict[str, Callable[[], list[Example]]] = {
     "control": control.control,
     "mlx": mlx.mlx,
     "recurrent": recurrent.recurrent,
+    "custom_op": custom_op.custom_op,
     "rng": rng.rng,
 }
 

@@ -113,8 +113,9 @@ def with_offsets(thunk: Thunk, offsets: dict[str, int]) -> Thunk:
     changes: dict[str, object] = {}
     for field, offset in offsets.items():
         name, i = _path(field)
-        if i is None:
-            changes[name] = offset
+        if i is None:  # an int, or a tuple whose element `_position` is the offset (CustomOp.output)
+            value, at = getattr(thunk, name), _position(thunk, name)
+            changes[name] = (*value[:at], offset, *value[at + 1:]) if isinstance(value, tuple) else offset
         else:
             items = list(changes.get(name, getattr(thunk, name)))
             at = _position(thunk, name)
