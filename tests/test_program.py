@@ -146,7 +146,7 @@ def test_empty_schedule_runs():
 def test_coverage_lists_every_kind():
     cov = rl.coverage()
     assert len(cov) == 196
-    assert set(cov.values()) <= {"llvm", "blas", "llvm|blas", "scipy", "missing"}
+    assert set(cov.values()) <= {"llvm", "blas", "llvm|blas", "llvm|c|python", "scipy", "missing"}
     assert cov["ElementwiseRegion"] == "llvm"
 
 
