@@ -303,3 +303,30 @@ def test_warm_start_in_a_fresh_process_never_calls_a_stale_kernel(tmp_path) -> N
     assert run(2, 1) == {"ir": [2, 4, 6, 8], "py": [2, 3, 4, 5], "hit": False}
     assert run(2, 1) == {"ir": [2, 4, 6, 8], "py": [2, 3, 4, 5], "hit": True}
     assert run(3, 10) == {"ir": [3, 6, 9, 12], "py": [11, 12, 13, 14], "hit": False}
+
+
+def test_ir_kernels_with_clashing_helpers_link_side_by_side() -> None:
+    """Two IR kernels each defining `@helper` and `@table` (made internal, renamed by the linker); scalar shapes."""
+    def text(name: str, factor: str) -> str:
+        return textwrap.dedent(f"""
+            @table = constant [1 x float] [float {factor}]
+            define float @helper(float %x) {{
+              %t = load float, ptr @table
+              %r = fmul float %x, %t
+              ret float %r
+            }}
+            define i32 @{name}(ptr %inputs, ptr %lens, i32 %n_inputs, ptr %out, i64 %n, ptr %attrs, i64 %n_attrs) {{
+              %x = load ptr, ptr %inputs
+              %v = load float, ptr %x
+              %r = call float @helper(float %v)
+              store float %r, ptr %out
+              ret i32 0
+            }}""")
+    register_once("test_co_twice", text("test_co_twice", "2.0"))
+    register_once("test_co_five", text("test_co_five", "5.0"))
+    ops = [T.CustomOp(kernel=k, inputs=((0, 1, ()),), output=(at, 1, ()), attrs=())
+           for k, at in (("test_co_twice", 64), ("test_co_five", 128), ("test_co_twice", 192))]
+    arena = rl.Arena(256)
+    arena.bytes[:4].view(np.float32)[0] = 3
+    rl.compile(rl.ThunkSchedule(ops, arena_bytes=256), cache=False).run(arena)
+    assert [arena.bytes[at:at + 4].view(np.float32)[0] for at in (64, 128, 192)] == [6, 15, 6]
