@@ -140,7 +140,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         print(f"{kind:<34} {path}")
     counts = Counter(cov.values())
     print(f"\n{len(cov)} kinds: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    print("(llvm|blas: IR register tiles or a BLAS call, chosen by size; `rlx-llvm report` shows which)")
+    print("(llvm|blas: IR register tiles or a BLAS call, chosen by size; llvm|c|python: a registered CustomOp's "
+          "kernel, IR text inlined, a C function, or a Python callable; `rlx-llvm report` shows which)")
     return 0
 
 

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 
 def coverage() -> dict[str, str]:
-    """`{kind: "llvm" | "blas" | "llvm|blas" | "scipy" | "missing"}` over every kind, in seed order.
+    """`{kind: "llvm" | "blas" | "llvm|blas" | "llvm|c|python" | "scipy" | "missing"}` over every kind, in seed order.
 
-    `llvm|blas` means IR register tiles or a BLAS call, chosen by size (GEMM-based kinds);
+    `llvm|blas` means IR register tiles or a BLAS call, chosen by size (GEMM-based kinds); `llvm|c|python`
+    is CustomOp, whose registered kernel is IR text, a C function or a Python callable;
     `Program.report()` shows which one each compiled thunk became.
     """
     from . import registry
