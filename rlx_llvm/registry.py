@@ -28,6 +28,7 @@ FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
     "control",
     "mlx",
     "recurrent",
+    "fft",
     "custom_op",
     "rng",
 )) + ("rlx_llvm.kernels.fallbacks",)

@@ -25,6 +25,7 @@ from . import ssm
 from . import control
 from . import mlx
 from . import recurrent
+from . import fft
 from . import custom_op
 from . import rng
 from .compare import assert_close, assert_outputs_match
@@ -49,6 +50,7 @@ FAMILIES: dict[str, Callable[[], list[Example]]] = {
     "control": control.control,
     "mlx": mlx.mlx,
     "recurrent": recurrent.recurrent,
+    "fft": fft.fft,
     "custom_op": custom_op.custom_op,
     "rng": rng.rng,
 }

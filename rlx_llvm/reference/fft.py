@@ -1,0 +1,117 @@
+"""NumPy references of the FFT family (semantics.md §2.16, §3.11; docs/lowering-fft.md): `Fft1d` as
+`numpy.fft` in complex128 with RLX's `norm_tag` scale, and the spectrum features `LogMel`,
+`LogMelBackward` and `WelchPeaks` on real-block rows `[re_0 … re_{N−1}, im_0 … im_{N−1}]`."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import thunks as T
+from ..dtypes import DType
+from . import reference, view
+
+REAL = {DType.F32: np.float32, DType.F64: np.float64, DType.C64: np.float32, DType.C128: np.float64}
+"""The real type of each Fft1d dtype (the complex ones are interleaved pairs of it)."""
+MEL_FLOOR = 1e-10
+"""LogMel clamps each mel energy below at this before the log10."""
+
+
+def norm_scale(norm_tag: int, inverse: bool, n: int) -> float:
+    """The factor of an unnormalized DFT of `n` points: §2.16's Backward (none), Forward (the inverse
+    by 1/n, NumPy's default) or Ortho (both by 1/√n)."""
+    if norm_tag == 0:
+        return 1.0
+    if norm_tag == 1:
+        return 1.0 / n if inverse else 1.0
+    if norm_tag == 2:
+        return 1.0 / math.sqrt(n)
+    raise ValueError(f"unknown FFT norm_tag {norm_tag}")
+
+
+def interleaved(dtype: DType) -> bool:
+    """C64/C128 rows are interleaved (re, im) pairs; F32/F64 rows are real blocks."""
+    return dtype.is_complex
+
+
+def rows_as_complex(flat: np.ndarray, outer: int, n: int, dtype: DType) -> np.ndarray:
+    """`[outer, n]` complex128 from rows in the dtype's layout."""
+    x = flat.astype(np.float64).reshape(outer, 2 * n)
+    if interleaved(dtype):
+        return x[:, 0::2] + 1j * x[:, 1::2]
+    return x[:, :n] + 1j * x[:, n:]
+
+
+def complex_as_rows(z: np.ndarray, dtype: DType) -> np.ndarray:
+    """Rows of `z` in the dtype's layout, flat."""
+    parts = (z.real, z.imag)
+    rows = np.stack(parts, axis=2).reshape(z.shape[0], -1) if interleaved(dtype) else np.concatenate(parts, axis=1)
+    return rows.reshape(-1)
+
+
+@reference(T.Fft1d)
+def fft1d(arena: np.ndarray, t: T.Fft1d) -> None:
+    n, real = t.n_complex, REAL[t.dtype]
+    x = rows_as_complex(view(arena, t.src, real, 2 * t.outer * n), t.outer, n, t.dtype)
+    with np.errstate(all="ignore"):
+        y = np.fft.ifft(x, axis=1, norm="forward") if t.inverse else np.fft.fft(x, axis=1)
+        y = y * norm_scale(t.norm_tag, t.inverse, n)
+    view(arena, t.dst, real, 2 * t.outer * n)[:] = complex_as_rows(y, t.dtype).astype(real)
+
+
+def one_sided_power(arena: np.ndarray, spec: int, rows: int, n_fft: int, n_bins: int) -> tuple[np.ndarray, ...]:
+    """(re, im, re² + im²) of the first `n_bins` points of each real-block row, float64 `[rows, n_bins]`."""
+    s = view(arena, spec, np.float32, rows * 2 * n_fft).astype(np.float64).reshape(rows, 2 * n_fft)
+    re, im = s[:, :n_bins], s[:, n_fft:n_fft + n_bins]
+    return re, im, re * re + im * im
+
+
+def log_mel_parts(arena: np.ndarray, t: "T.LogMel | T.LogMelBackward") -> tuple[np.ndarray, ...]:
+    """(re, im, filters, mel, L before the floor, L after it), float64."""
+    re, im, power = one_sided_power(arena, t.spec, t.outer, t.n_fft, t.n_bins)
+    filters = view(arena, t.filters, np.float32, t.n_mels * t.n_bins).astype(np.float64).reshape(t.n_mels, t.n_bins)
+    mel = power @ filters.T
+    with np.errstate(all="ignore"):
+        raw = np.log10(np.maximum(mel, MEL_FLOOR))
+    top = np.max(raw, axis=1, keepdims=True, initial=-np.inf)
+    return re, im, filters, mel, raw, np.maximum(raw, top - 8.0)
+
+
+@reference(T.LogMel)
+def log_mel(arena: np.ndarray, t: T.LogMel) -> None:
+    *_, floored = log_mel_parts(arena, t)
+    view(arena, t.dst, np.float32, t.outer * t.n_mels)[:] = ((floored + 4.0) / 4.0).astype(np.float32).reshape(-1)
+
+
+@reference(T.LogMelBackward)
+def log_mel_backward(arena: np.ndarray, t: T.LogMelBackward) -> None:
+    re, im, filters, mel, raw, floored = log_mel_parts(arena, t)
+    dy = view(arena, t.dy, np.float32, t.outer * t.n_mels).astype(np.float64).reshape(t.outer, t.n_mels)
+    top = np.max(raw, axis=1, keepdims=True, initial=-np.inf)
+    live = (np.abs(floored - (top - 8.0)) > 1e-6) & (mel > MEL_FLOOR)
+    with np.errstate(all="ignore"):
+        dmel = np.where(live, dy * 0.25 / (mel * math.log(10.0)), 0.0)
+    dp = dmel @ filters
+    out = np.zeros((t.outer, 2 * t.n_fft))
+    out[:, :t.n_bins], out[:, t.n_fft:t.n_fft + t.n_bins] = 2 * re * dp, 2 * im * dp
+    view(arena, t.dst, np.float32, out.size)[:] = out.astype(np.float32).reshape(-1)
+
+
+def welch_psd(arena: np.ndarray, t: T.WelchPeaks) -> np.ndarray:
+    """`[batch, n_bins]` mean over segments of `w_k·(re² + im²)`, w = 1 at both ends and 2 inside, float32."""
+    n_bins = t.n_fft // 2 + 1
+    *_, power = one_sided_power(arena, t.spec, t.welch_batch * t.n_segments, t.n_fft, n_bins)
+    w = np.full(n_bins, 2.0)
+    w[0] = w[-1] = 1.0
+    return (power * w).reshape(t.welch_batch, t.n_segments, n_bins).mean(axis=1).astype(np.float32)
+
+
+@reference(T.WelchPeaks)
+def welch_peaks(arena: np.ndarray, t: T.WelchPeaks) -> None:
+    psd = welch_psd(arena, t)
+    k = min(t.k, psd.shape[1])
+    out = np.zeros((t.welch_batch, 2 * t.k), np.float32)
+    for r, row in enumerate(psd):
+        order = np.argsort(-row, kind="stable")[:k]
+        out[r, 0:2 * k:2], out[r, 1:2 * k:2] = order, row[order]
+    view(arena, t.dst, np.float32, out.size)[:] = out.reshape(-1)

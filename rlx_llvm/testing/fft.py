@@ -1,0 +1,19 @@
+"""Examples of the FFT family: Fft1d on each of its three algorithms (radix-2, the naive DFT, Bluestein) and
+each row layout (f32/f64 real blocks, c64/c128 interleaved), forward and inverse, every norm."""
+from __future__ import annotations
+
+from .. import thunks as T
+from ..dtypes import DType
+from .layout import Example, example
+
+
+def fft() -> list[Example]:
+    """Three rows each; n = 16 (radix-2), 12 (naive DFT), 37 (Bluestein)."""
+    cases = []
+    for n, dtype, inverse, norm in ((16, DType.C64, False, 0), (12, DType.F32, True, 2), (37, DType.F64, True, 1),
+                                    (37, DType.C128, False, 2), (16, DType.F64, True, 0)):
+        t = T.Fft1d(src=0, dst=0, outer=3, n_complex=n, inverse=inverse, norm_tag=norm, dtype=dtype)
+        real = "f8" if dtype in (DType.F64, DType.C128) else "f4"
+        cases.append(example(f"Fft1d/{dtype.value}_n{n}_{'inv' if inverse else 'fwd'}_norm{norm}", t, dtype=real,
+                             rtol=1e-5 * 6 if real == "f4" else 1e-12))
+    return cases
