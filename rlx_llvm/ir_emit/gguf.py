@@ -37,6 +37,7 @@ from .toolkit import F16, F32, FASTMATH, I16, I32, I64, I8, PTR, carried_loop, c
 MR = 4              # rows of x sharing one decoded chunk
 MAX_NR = 4          # weight rows decoded together at most (their chunks share each load of x)
 ACCUMULATORS = 8    # independent FMA chains a tile should have at least (x86 FMA: latency 4, 2 per cycle)
+GEMV_CHAINS = 2     # a group's dot outlasts the FMA latency: two chains of group updates hide it
 MAX_CHUNK = 16      # lanes of one decoded chunk: the smallest scale group (Q2_K, Q3_K, Q6_K)
 PAR_BYTES = 1 << 15  # packed weight bytes a thread should get before rows of W are split
 IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
@@ -383,7 +384,7 @@ def tile(ctx: EmitContext, t: T.DequantMatMulGguf, sums: int, j: ir.Value, cols:
     w_rows = [ctx.addr(t.w_q, b.mul(b.add(w_row, I64(c)), I64(blocks * nbytes))) for c in range(cols)]
     x_rows = [ctx.addr(t.x, b.mul(b.add(row, I64(r)), I64(t.k)), 4) for r in range(rows)]
     unit = width if rows > 1 else group  # what each FMA chain step covers: a chunk, or a group's dot
-    chains = max(1, min(elems // unit, ACCUMULATORS // (rows * cols)))
+    chains = max(1, min(elems // unit, ACCUMULATORS // (rows * cols) if rows > 1 else GEMV_CHAINS))
     slots = [(r, c) for r in range(rows) for c in range(cols)]
 
     def blocks_at(blk: ir.Value) -> list[Block]:
