@@ -31,6 +31,7 @@ FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
     "fft",
     "custom_op",
     "rng",
+    "splat",
 )) + ("rlx_llvm.kernels.fallbacks",)
 
 
