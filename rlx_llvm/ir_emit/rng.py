@@ -14,18 +14,19 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 from llvmlite import ir
 
 from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import RngBackend
-from ..reference.rng import (BUMP0, BUMP1, F32_MIN_POSITIVE, LCG_A, LCG_M, M0, M1, ROUNDS, TWO_PI_F32,
-                             combine_seed, ort_seed)
+from ..reference.rng import (BUMP0, BUMP1, F32_MIN_POSITIVE, LCG_A, LCG_M, M0, M1, ROUNDS, SAMPLE_DEFAULT_SEED,
+                             TWO_PI_F32, combine_seed, ort_seed)
 from ..registry import lowering
 from . import vecmath as vm
 from .context import EmitContext
 from .rows import parallel_rows
-from .toolkit import F32, F64, I32, I64, const, counted_loop, lane_ids, splat, vec, width_of
+from .toolkit import F32, F64, I1, I32, I64, carried_loop, const, counted_loop, lane_ids, splat, vec, width_of
 
 Fill = "T.RngNormal | T.RngUniform"
 
@@ -196,3 +197,183 @@ def rng_fill(ctx: EmitContext, t: Fill) -> None:
             (ort_normal if isinstance(t, T.RngNormal) else ort_uniform)(ctx, t, ort_seed(t, ctx.schedule.rng))
     else:
         raise ValidationError(f"RngBackend.{backend.name} (Apple's AES-CTR stream) is not reproduced", field="rng")
+
+
+# ── Sample ──────────────────────────────────────────────────────────────────
+
+def check_sample(t: T.Sample) -> None:
+    """`top_k ≤ vocab`, `top_p ∈ (0, 1]`, a non-empty vocabulary."""
+    if t.top_k > t.vocab:
+        raise ValidationError(f"top_k = {t.top_k} exceeds the vocabulary of {t.vocab}", field="top_k")
+    if not 0.0 < float(np.float32(t.top_p)) <= 1.0:
+        raise ValidationError(f"top_p = {t.top_p} is outside (0, 1]", field="top_p")
+    if t.vocab == 0 and t.batch:
+        raise ValidationError("vocab = 0: there is no token to sample", field="vocab")
+
+
+class Row:
+    """One row's f32 values (and, for top-p, two i32 orders and a 256-bin histogram) in per-thread scratch."""
+
+    def __init__(self, ctx: EmitContext, vocab: int, sorts: bool) -> None:
+        self.ctx, self.vocab = ctx, vocab
+        self.values = ctx.scratch_alloc(4 * vocab)
+        self.orders = (ctx.scratch_alloc(4 * vocab), ctx.scratch_alloc(4 * vocab)) if sorts else ()
+        self.hist = ctx.scratch_alloc(4 * 256) if sorts else 0
+
+    def load(self, at: int, ty: ir.Type, j: ir.Value) -> ir.Value:
+        return self.ctx.load(at, ty, j, base=self.ctx.scratch)
+
+    def store(self, at: int, value: ir.Value, j: ir.Value) -> None:
+        self.ctx.store(at, value, j, base=self.ctx.scratch)
+
+    def each(self, body: Callable[[ir.Value, ir.Value], None]) -> None:
+        """`body(j, p[j])` for every token."""
+        with self.ctx.for_range(0, self.vocab, name="tok") as j:
+            body(j, self.load(self.values, F32, j))
+
+    def fold(self, init: list[ir.Value], step: Callable) -> list[ir.Value]:
+        """Carry `init` over the tokens in index order: `vals = step(j, p[j], vals)`."""
+        return carried_loop(self.ctx, 0, self.vocab, 1, init,
+                            lambda j, vals: step(j, self.load(self.values, F32, j), vals), name="fold")
+
+    def total(self) -> ir.Value:
+        """The sequential f32 sum of the values (RLX's order)."""
+        (s,) = self.fold([ir.Constant(F32, 0.0)], lambda j, p, vals: [self.ctx.b.fadd(vals[0], p)])
+        return s
+
+
+def total_order_key(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """u32 whose unsigned order is IEEE totalOrder of the f32 `x`."""
+    bits = b.bitcast(x, I32)
+    return b.xor(bits, b.select(b.icmp_signed("<", bits, I32(0)), I32(-1), I32(-2**31)))
+
+
+def from_total_order_key(b: ir.IRBuilder, key: ir.Value) -> ir.Value:
+    """The f32 of a `total_order_key`."""
+    bits = b.xor(key, b.select(b.icmp_signed("<", key, I32(0)), I32(-2**31), I32(-1)))
+    return b.bitcast(bits, F32)
+
+
+def keep_top_k(row: Row, k: int) -> None:
+    """Set every value below the k-th largest to −inf: the k-th largest key is built bit by bit, high to
+    low, as the largest key that at least k values reach (so ties at the cutoff all survive)."""
+    b = row.ctx.b
+
+    def next_bit(i: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
+        cand = b.or_(vals[0], b.shl(I32(1), b.trunc(b.sub(I64(31), i), I32)))
+        (count,) = row.fold([I64(0)], lambda j, z, acc: [b.add(acc[0], b.zext(
+            b.icmp_unsigned(">=", total_order_key(b, z), cand), I64))])
+        return [b.select(b.icmp_signed(">=", count, I64(k)), cand, vals[0])]
+    (prefix,) = carried_loop(row.ctx, 0, 32, 1, [I32(0)], next_bit, name="bit")
+    cutoff = from_total_order_key(b, prefix)
+    row.each(lambda j, z: row.store(row.values, b.select(b.fcmp_ordered("<", z, cutoff),
+                                                         ir.Constant(F32, float("-inf")), z), j))
+
+
+def softmax(row: Row) -> None:
+    """Stable softmax: `e = exp(z − max z)` (NaN-ignoring max), `p = e / max(Σ e, MIN_POSITIVE)`."""
+    b = row.ctx.b
+    (m,) = row.fold([ir.Constant(F32, float("-inf"))], lambda j, z, vals: [vm.maxnum(b, vals[0], z)])
+    row.each(lambda j, z: row.store(row.values, in_f64(b, vm.exp, b.fsub(z, m)), j))
+    s = vm.maxnum(b, row.total(), ir.Constant(F32, float(F32_MIN_POSITIVE)))
+    row.each(lambda j, e: row.store(row.values, b.fdiv(e, s), j))
+
+
+def sort_descending(row: Row) -> ir.Value:
+    """Token ids ordered by probability descending, equal probabilities in index order: a stable LSD
+    radix sort (4 passes of 8 bits, between the two orders) on the inverted bits of the non-negative
+    probabilities.  Returns the pointer to the sorted order."""
+    ctx, b = row.ctx, row.ctx.b
+    first, second = (ctx.addr(at, base=ctx.scratch) for at in row.orders)
+    row.each(lambda j, p: ctx.store(0, b.trunc(j, I32), j, base=first))
+
+    def digit(token: ir.Value, shift: ir.Value) -> ir.Value:
+        key = b.xor(b.bitcast(row.load(row.values, F32, b.zext(token, I64)), I32), I32(-1))
+        return b.zext(b.and_(b.lshr(key, shift), I32(255)), I64)
+
+    def exclusive_scan(d: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
+        count = row.load(row.hist, I32, d)
+        row.store(row.hist, vals[0], d)
+        return [b.add(vals[0], count)]
+
+    with ctx.for_range(0, 4, name="pass") as k:
+        even = b.icmp_signed("==", b.and_(k, I64(1)), I64(0))
+        src, dst = b.select(even, first, second), b.select(even, second, first)
+        shift = b.trunc(b.mul(k, I64(8)), I32)
+        with ctx.for_range(0, 256, name="bin") as d:
+            row.store(row.hist, I32(0), d)
+        with ctx.for_range(0, row.vocab, name="count") as j:
+            d = digit(ctx.load(0, I32, j, base=src), shift)
+            row.store(row.hist, b.add(row.load(row.hist, I32, d), I32(1)), d)
+        carried_loop(ctx, 0, 256, 1, [I32(0)], exclusive_scan, name="scan")
+        with ctx.for_range(0, row.vocab, name="scatter") as j:
+            token = ctx.load(0, I32, j, base=src)
+            d = digit(token, shift)
+            at = row.load(row.hist, I32, d)
+            ctx.store(0, token, b.zext(at, I64), base=dst)
+            row.store(row.hist, b.add(at, I32(1)), d)
+    return first   # an even number of passes ends in the first order
+
+
+def keep_top_p(row: Row, top_p: float) -> None:
+    """Walk the tokens by probability descending until the running sum reaches `top_p` (that token kept),
+    zero the rest, renormalize by the sequential sum."""
+    ctx, b = row.ctx, row.ctx.b
+    order = sort_descending(row)
+
+    def walk(j: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
+        running, cut = vals
+        token = b.zext(ctx.load(0, I32, j, base=order), I64)
+        p = row.load(row.values, F32, token)
+        row.store(row.values, b.select(cut, ir.Constant(F32, 0.0), p), token)
+        running = b.select(cut, running, b.fadd(running, p))
+        return [running, b.or_(cut, b.fcmp_ordered(">=", running, ir.Constant(F32, top_p)))]
+    carried_loop(ctx, 0, row.vocab, 1, [ir.Constant(F32, 0.0), ir.Constant(I1, 0)], walk, name="walk")
+    s = row.total()
+    row.each(lambda j, p: row.store(row.values, b.fdiv(p, s), j))
+
+
+def first_reaching(row: Row, r: ir.Value) -> ir.Value:
+    """The first index whose cumulative probability is ≥ r (vocab − 1 if none), as an i64."""
+    b, none = row.ctx.b, I64(row.vocab)
+
+    def step(j: ir.Value, p: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
+        acc, found = b.fadd(vals[0], p), vals[1]
+        first = b.and_(b.icmp_signed("==", found, none), b.fcmp_ordered(">=", acc, r))
+        return [acc, b.select(first, j, found)]
+    _, found = row.fold([ir.Constant(F32, 0.0), none], step)
+    return b.select(b.icmp_signed("==", found, none), I64(row.vocab - 1), found)
+
+
+def row_draw(b: ir.IRBuilder, key: int, row: ir.Value) -> ir.Value:
+    """`next_f32` of stream word `row`: word `row mod 4` of block `row div 4`."""
+    words = philox(b, b.trunc(b.lshr(row, I64(2)), I32), key)
+    lane = b.trunc(b.and_(row, I64(3)), I32)
+    word = words[3]
+    for j in (2, 1, 0):
+        word = b.select(b.icmp_unsigned("==", lane, I32(j)), words[j], word)
+    return unit_f32(b, word)
+
+
+@lowering(T.Sample, check=check_sample)
+def sample(ctx: EmitContext, t: T.Sample) -> None:
+    """Rows in parallel; each: `z = logits / max(T, 1e−6)`, top-k, softmax, top-p, then the first index
+    whose cumulative probability reaches the row's draw from the shared stream, written as f32."""
+    temperature = float(np.float32(max(np.float32(t.temperature), np.float32(1e-6))))
+    key, top_p = t.seed or SAMPLE_DEFAULT_SEED, float(np.float32(t.top_p))
+    sorts = top_p < 1.0
+
+    def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        b, row = sub.b, Row(sub, t.vocab, sorts)
+        with sub.for_range(start, stop, name="row") as r:
+            base = b.mul(r, I64(t.vocab))
+            with sub.for_range(0, t.vocab, name="scale") as j:
+                x = sub.load(t.logits, F32, b.add(base, j))
+                row.store(row.values, b.fdiv(x, ir.Constant(F32, temperature)), j)
+            if 0 < t.top_k < t.vocab:
+                keep_top_k(row, t.top_k)
+            softmax(row)
+            if sorts:
+                keep_top_p(row, top_p)
+            sub.store(t.dst, b.uitofp(first_reaching(row, row_draw(b, key, r)), F32), r)
+    parallel_rows(ctx, t.batch, 4 * t.vocab * (40 if 0 < t.top_k < t.vocab else 8), rows)

@@ -136,3 +136,36 @@ def rng_fill(arena: np.ndarray, t: "T.RngNormal | T.RngUniform", rng: RngOptions
 
 
 rng_fill.reads_rng_policy = True
+
+
+# ── Sample (§2.15) ──────────────────────────────────────────────────────────
+
+def sample_row(logits: np.ndarray, t: T.Sample, r: np.float32) -> int:
+    """One row: temperature, top-k (ties at the cutoff survive), stable softmax, top-p (the crossing
+    token kept, then renormalized), then the first index whose cumulative probability reaches `r`."""
+    v = logits.size
+    z = logits / max(np.float32(t.temperature), np.float32(1e-6))      # Rust's f32::max: NaN → 1e-6
+    if 0 < t.top_k < v:
+        cutoff = np.sort(z)[::-1][t.top_k - 1]
+        z = np.where(z < cutoff, np.float32(-np.inf), z)
+    m = np.float32(np.nanmax(z)) if not np.isnan(z).all() else np.float32(-np.inf)
+    e = rounded(np.exp, z - m)
+    p = e / max(np.cumsum(e, dtype=np.float32)[-1], F32_MIN_POSITIVE)
+    if np.float32(t.top_p) < 1:
+        order = np.argsort(-p, kind="stable")
+        reached = np.flatnonzero(np.cumsum(p[order], dtype=np.float32) >= np.float32(t.top_p))
+        if reached.size:
+            p[order[reached[0] + 1:]] = 0
+        p = p / np.cumsum(p, dtype=np.float32)[-1]
+    hit = np.flatnonzero(np.cumsum(p, dtype=np.float32) >= r)
+    return int(hit[0]) if hit.size else v - 1
+
+
+@reference(T.Sample)
+def sample(arena: np.ndarray, t: T.Sample) -> None:
+    """One Philox stream (key `seed`, or 0xDEADBEEF for 0) shared by the rows: row b draws word b."""
+    logits = view(arena, t.logits, np.float32, t.batch * t.vocab).reshape(t.batch, t.vocab)
+    draws = unit_f32(philox_words(t.seed or SAMPLE_DEFAULT_SEED, t.batch))
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        picked = [sample_row(row.copy(), t, r) for row, r in zip(logits, draws)]
+    view(arena, t.dst, np.float32, t.batch)[:] = np.array(picked, np.float32)

@@ -22,7 +22,7 @@ from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.ops import RngBackend, RngOptions
 from rlx_llvm.reference import rng as model
-from tests.harness import HUGE, W, Suite, run_on_copy, suite_tests
+from tests.harness import HUGE, W, Suite, expect_invalid, run_on_copy, suite_tests
 
 LENGTHS = (0, 1, 2, 3, 4, 5, W - 1, W, W + 1, 4 * W - 1, 4 * W, 4 * W + 1, 8 * W + 3, 771)
 DRAWS = 100_000
@@ -176,3 +176,79 @@ def test_ort_normal_with_a_zero_state_is_refused(op_seed, field: str) -> None:
         compile_one(T.RngNormal(dst=0, len=4, mean=0.0, scale=1.0, key=key, op_seed=op_seed),
                     RngOptions(seed=5, backend=RngBackend.Ort))
     assert info.value.field == field
+
+
+# ── Sample ──────────────────────────────────────────────────────────────────
+
+def sample_case(s: Suite, name: str, logits: np.ndarray, top_k: int = 0, top_p: float = 1.0,
+                temperature: float = 1.0, seed: int = 1) -> None:
+    """A Sample over `logits[batch, vocab]`, its f32 indices compared bit for bit."""
+    batch, vocab = logits.shape
+    src = s.put(logits.astype(np.float32))
+    dst, out = s.out(np.float32, batch)
+    s.add(name, T.Sample(logits=src, dst=dst, batch=batch, vocab=vocab, top_k=top_k, top_p=top_p,
+                         temperature=temperature, seed=seed), [out])
+
+
+TIES = np.array([5.0, 3.0, 3.0, 3.0, 1.0, 0.0])              # top-k 2: the cutoff 3 is shared by three tokens
+CROSSING = np.log(np.array([0.5, 0.3, 0.2]))                  # top-p 0.6: 0.5 < 0.6, then 0.8 ≥ 0.6
+REPEATS = 300
+
+samples = Suite(seed=3)
+for vocab in (1, W + 1, 37, 1000):
+    for top_k, top_p, temperature in ((0, 1.0, 1.0), (5, 0.9, 0.7), (0, 0.8, 1.3), (20, 1.0, 0.0)):
+        sample_case(samples, f"Sample/v{vocab}_k{top_k}_p{top_p}_t{temperature}",
+                    samples.normal(9, vocab, scale=3.0), min(top_k, vocab), top_p, temperature, seed=vocab + top_k)
+sample_case(samples, "Sample/batch0", samples.normal(0, 5))
+sample_case(samples, "Sample/many_rows", samples.normal(200, 300, scale=2.0), top_k=40, top_p=0.95, seed=0)
+sample_case(samples, "Sample/argmax", samples.normal(50, 77), temperature=0.0, seed=5)
+for seed in (1, 2):
+    sample_case(samples, f"Sample/top_k1_seed{seed}", samples.normal(50, 77, scale=0.1), top_k=1, seed=seed)
+sample_case(samples, "Sample/ties", np.tile(TIES, (REPEATS, 1)), top_k=2)
+sample_case(samples, "Sample/crossing", np.tile(CROSSING, (REPEATS, 1)), top_p=0.6)
+sample_case(samples, "Sample/flat", np.zeros((REPEATS, 1000)), seed=0)
+sample_case(samples, "Sample/flat_deadbeef", np.zeros((REPEATS, 1000)), seed=0xDEADBEEF)
+(sample_outcome, test_sample_matches_model, test_sample_writes_only_its_outputs,
+ test_sample_thread_count_does_not_change_results, test_sample_is_native) = suite_tests(samples, fixture="sample_outcome")
+
+
+def sample_input(name: str) -> np.ndarray:
+    t = samples.cases[samples.names.index(name)].thunk
+    return next(v for off, v in samples.inputs if off == t.logits)
+
+
+def test_temperature_zero_is_argmax(sample_outcome) -> None:
+    np.testing.assert_array_equal(sample_outcome.output("Sample/argmax"), sample_input("Sample/argmax").argmax(1))
+
+
+def test_top_k_one_is_deterministic(sample_outcome) -> None:
+    """Whatever the seed, top-k 1 picks the largest logit."""
+    for seed in (1, 2):
+        name = f"Sample/top_k1_seed{seed}"
+        np.testing.assert_array_equal(sample_outcome.output(name), sample_input(name).argmax(1))
+
+
+def test_ties_at_the_top_k_cutoff_survive(sample_outcome) -> None:
+    assert set(sample_outcome.output("Sample/ties").astype(int)) == {0, 1, 2, 3}
+
+
+def test_top_p_keeps_the_crossing_token(sample_outcome) -> None:
+    assert set(sample_outcome.output("Sample/crossing").astype(int)) == {0, 1}
+
+
+def test_rows_draw_one_shared_stream(sample_outcome) -> None:
+    """Uniform logits: row b returns ⌈r_b·vocab⌉ − 1 (± 1 for rounding) with r_b = word b of the stream
+    keyed 0xDEADBEEF — also what seed 0 uses."""
+    got = sample_outcome.output("Sample/flat")
+    np.testing.assert_array_equal(got, sample_outcome.output("Sample/flat_deadbeef"))
+    r = model.unit_f32(model.philox_words(0xDEADBEEF, REPEATS)).astype(np.float64)
+    assert np.all(np.abs(got - np.maximum(np.ceil(r * 1000) - 1, 0)) <= 1)
+    assert len(set(got)) > REPEATS // 2
+
+
+@pytest.mark.parametrize("fields, field", [
+    (dict(top_k=8), "top_k"), (dict(top_p=0.0), "top_p"), (dict(top_p=-0.5), "top_p"),
+    (dict(top_p=1.5), "top_p"), (dict(top_p=float("nan")), "top_p"), (dict(vocab=0), "vocab")])
+def test_sample_bad_input(fields: dict, field: str) -> None:
+    t = dict(logits=0, dst=256, batch=2, vocab=7, top_k=0, top_p=1.0, temperature=1.0, seed=0) | fields
+    expect_invalid(T.Sample(**t), 512, field)
