@@ -12,7 +12,7 @@ RLX's order.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Union
 
 import numpy as np
 from llvmlite import ir
@@ -28,7 +28,7 @@ from .context import EmitContext
 from .rows import parallel_rows
 from .toolkit import F32, F64, I1, I32, I64, carried_loop, const, counted_loop, lane_ids, splat, vec, width_of
 
-Fill = "T.RngNormal | T.RngUniform"
+Fill = Union[T.RngNormal, T.RngUniform]
 
 
 # ── RLX's Philox4x32-10 ─────────────────────────────────────────────────────
