@@ -31,7 +31,7 @@ from ..registry import lowering
 from ..kernels.blas import Status
 from ..thunks.quant import GGUF_BLOCKS
 from .context import EmitContext
-from .gemm import expert_of
+from .gemm import expert_of, expert_status
 from .toolkit import F16, F32, FASTMATH, I16, I32, I64, I8, PTR, carried_loop, const, fail_unless, splat, vec, width_of
 
 MR = 4              # rows of x sharing one decoded chunk
@@ -546,14 +546,12 @@ def zero_fill(ctx: EmitContext, dst: int, count: int) -> None:
 @lowering(T.DequantGroupedMatMulGguf, check=check_grouped_gguf)
 def dequant_grouped_matmul_gguf(ctx: EmitContext, t: T.DequantGroupedMatMulGguf) -> None:
     """`dst[i] = input[i] @ W[idx[i]]ᵀ`, each row a GEMV over its expert's packed slab (expert `e`'s
-    weight row `j` is row `e·n + j` of the stack); every id is checked (`INDEX_OUT_OF_RANGE`) before
-    anything is written, and weight rows are split across threads."""
+    weight row `j` is row `e·n + j` of the stack); every id is checked (gemm's `expert_status`, naming the
+    row) before anything is written, and weight rows are split across threads."""
     if t.m == 0 or t.n == 0:
         return
-    b = ctx.b
     with ctx.for_range(0, t.m, name="ids") as i:
-        fail_unless(ctx, b.icmp_unsigned("<", expert_of(ctx, t.expert_idx, i), I64(t.num_experts)),
-                    Status.INDEX_OUT_OF_RANGE)
+        fail_unless(ctx, *expert_status(ctx, t, i))
     if t.k_dim == 0:
         zero_fill(ctx, t.dst, t.m * t.n)
         return

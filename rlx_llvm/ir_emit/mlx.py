@@ -32,7 +32,7 @@ from ..reference.scaled import FORMATS
 from ..registry import lowering
 from .context import EmitContext
 from .gemm import expert_of, expert_status
-from .gguf import horizontal_sum, zero_fill
+from .gguf import by_tiles, horizontal_sum, zero_fill
 from .lowp_floats import decode
 from .toolkit import F32, FASTMATH, I16, I32, I64, I8, PTR, bf16_bits_to_f32, carried_loop, const, fail_unless, splat
 
@@ -283,16 +283,6 @@ def tile(ctx: EmitContext, w: Weights, x: int, dst: int, expert: ir.Value, j: ir
         ctx.store(dst, horizontal_sum(ctx, accs[s]), at)
 
 
-def weight_row_tiles(ctx: EmitContext, start: ir.Value, stop: ir.Value, emit_tile) -> None:
-    """`emit_tile(j, cols)` over weight rows `[start, stop)`: `NR` at a time, then one at a time."""
-    b = ctx.b
-    full = b.add(start, b.mul(b.udiv(b.sub(stop, start), I64(NR)), I64(NR)))
-    with ctx.for_range(start, full, NR, name="j") as j:
-        emit_tile(j, NR)
-    with ctx.for_range(full, stop, name="j") as j:
-        emit_tile(j, 1)
-
-
 def min_work(w: Weights, m: int) -> int:
     """Weight rows a thread should get at least."""
     return max(1, PAR_BYTES // max(1, w.row_bytes * m))
@@ -318,7 +308,7 @@ def dequant_matmul_mlx(ctx: EmitContext, t: T.DequantMatMulMlx) -> None:
                 with sub.for_range(full, t.m, name="row") as row:
                     tile(sub, w, t.x, t.dst, I64(0), j, cols, row, 1)
 
-        weight_row_tiles(sub, start, stop, rows_against)
+        by_tiles(sub, start, stop, NR, rows_against)
 
     ctx.parallel_for(t.n, columns, grain=NR, min_work=min_work(w, t.m))
 
@@ -341,7 +331,6 @@ def dequant_grouped_matmul_mlx(ctx: EmitContext, t: T.DequantGroupedMatMulMlx) -
     def columns(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
         with sub.for_range(0, t.m, name="row") as i:
             expert = expert_of(sub, t.expert_idx, i)
-            weight_row_tiles(sub, start, stop,
-                             lambda j, cols: tile(sub, w, t.input, t.dst, expert, j, cols, i, 1))
+            by_tiles(sub, start, stop, NR, lambda j, cols: tile(sub, w, t.input, t.dst, expert, j, cols, i, 1))
 
     ctx.parallel_for(t.n, columns, grain=NR, min_work=min_work(w, t.m))

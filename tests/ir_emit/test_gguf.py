@@ -250,7 +250,7 @@ def test_moe_weights_match_gguf_dequantize_transposed(outcome, scheme: str) -> N
 
 
 def test_out_of_range_expert_id_is_an_execution_error() -> None:
-    """Native: INDEX_OUT_OF_RANGE before anything is written; the reference raises too."""
+    """Native: INDEX_OUT_OF_RANGE naming the row before anything is written; the reference raises too."""
     lay = Suite(fill=SENTINEL)
     w = random_blocks("GgufQ8_0", 2 * 3 * 2, lay.rng)
     bad = T.DequantGroupedMatMulGguf(input=lay.put(lay.normal(3, 64)), w_q=lay.put(w),
@@ -259,7 +259,8 @@ def test_out_of_range_expert_id_is_an_execution_error() -> None:
     arena = lay.arena()
     with pytest.raises(ExecutionError) as info:
         rl.compile(rl.ThunkSchedule([bad], arena_bytes=lay.nbytes), cache=False).run(arena)
-    assert (info.value.kind, info.value.status) == ("DequantGroupedMatMulGguf", Status.INDEX_OUT_OF_RANGE)
+    assert (info.value.kind, info.value.status) == ("DequantGroupedMatMulGguf", Status.INDEX_OUT_OF_RANGE | 2 << 8)
+    assert "expert id of row 1" in str(info.value)
     assert (arena.bytes[bad.dst:bad.dst + 36] == SENTINEL).all(), "the failing thunk writes nothing"
     with pytest.raises(IndexError, match="num_experts 2"):
         reference_registry.run_thunk(lay.initial_bytes(), bad)
