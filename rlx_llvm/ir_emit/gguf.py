@@ -28,7 +28,6 @@ from .. import thunks as T
 from ..errors import ValidationError
 from ..ops import QuantScheme
 from ..registry import lowering
-from ..kernels.blas import Status
 from ..thunks.quant import GGUF_BLOCKS
 from .context import EmitContext
 from .gemm import expert_of, expert_status

@@ -25,7 +25,6 @@ from llvmlite import ir
 
 from .. import thunks as T
 from ..errors import ValidationError
-from ..kernels.blas import Status
 from ..ops import QuantScheme
 from ..reference.mlx import code_bits
 from ..reference.scaled import FORMATS
