@@ -206,22 +206,149 @@ def column_panel(ctx: EmitContext, t: Dequant, j: ir.Value, cols: int, width: in
 
 
 def emit_dequant_matmul(ctx: EmitContext, t: Dequant) -> None:
-    """`dst = x @ dequant(w_q)`: column panels of `NC` vectors, then single vectors, then single columns."""
+    """`dst = x @ dequant(w_q)`: the folded GEMV's column panels when it serves `t`, then (or else) the
+    tiles' column panels of `NC` vectors, single vectors and single columns."""
     if t.m == 0 or t.n == 0:
         return
-    lanes = ctx.lanes
+    lanes, gemv = ctx.lanes, folded_gemv(ctx, t)
+    step = gemv.columns if gemv else NC * lanes
 
     def columns(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        b, j = sub.b, start
+        j = gemv.sweep(sub, t, start, stop) if gemv else start
         for cols, width in ((NC, lanes), (1, lanes), (1, 1)):
-            step = cols * width
-            end = b.add(j, b.mul(b.udiv(b.sub(stop, j), I64(step)), I64(step)))
-            with sub.for_range(j, end, step, name=f"j{step}") as col:
-                column_panel(sub, t, col, cols, width)
-            j = end
+            j = whole_steps(sub, j, stop, cols * width, lambda col: column_panel(sub, t, col, cols, width))
 
     work = max(1, t.m * t.k)
-    ctx.parallel_for(t.n, columns, grain=NC * lanes, min_work=max(NC * lanes, (1 << 16) // work))
+    ctx.parallel_for(t.n, columns, grain=step, min_work=max(step, (1 << 16) // work))
+
+
+def whole_steps(ctx: EmitContext, start: ir.Value, stop: ir.Value, step: int, body: Callable[[ir.Value], None]
+                ) -> ir.Value:
+    """`body(j)` for j = start, start + step, … while `j + step ≤ stop`; returns where the steps end."""
+    end = steps_end(ctx.b, start, stop, step)
+    with ctx.for_range(start, end, step, name=f"j{step}") as j:
+        body(j)
+    return end
+
+
+def steps_end(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: int) -> ir.Value:
+    """Where whole steps of `step` from `start` end before `stop`."""
+    return b.add(start, b.mul(b.udiv(b.sub(stop, start), I64(step)), I64(step)))
+
+
+# ── the folded GEMV (Int8Block, Int4 with n even; m ≤ MR) ───────────────────
+#
+# Per block of rows and column, Σ_p x_p·(q_p − z)·s = s·(Σ_p x_p·q_p − z·Σ_p x_p): the inner loop is a
+# code load, a convert and an FMA per vector; the scale, zero point and `Σ x` of the block are applied
+# once per block.  Blocks are the outer loop and panels of columns the inner one, so a block's rows are
+# read as a few sequential streams; the running sums live in dst (one load and store per block).
+
+PANEL = 8   # vectors of columns per GEMV panel at most (int8: a 64-byte line of codes per row on AVX2)
+
+
+def int8_panel(ctx: EmitContext, t: T.DequantMatMul, flat: ir.Value, cols: int, width: int) -> list[ir.Value]:
+    """The codes of `cols` vectors of columns from `flat`, as f32 vectors in column order."""
+    return [ctx.b.sitofp(int8_codes(ctx, t, ctx.b.add(flat, I64(c * width)), width), vec(F32, width))
+            for c in range(cols)]
+
+
+def int4_panel(ctx: EmitContext, t: T.DequantMatMulInt4, flat: ir.Value, cols: int, width: int
+               ) -> list[ir.Value]:
+    """The nibbles of `cols` vectors of columns from an even `flat`, as f32 vectors: per `width` bytes the
+    low nibbles (even columns) then the high ones (odd columns) — `in_column_order` interleaves them."""
+    b, codes = ctx.b, []
+    for c in range(0, cols, 2):
+        raw = b.zext(ctx.load(t.w_q, I8, b.add(b.lshr(flat, I64(1)), I64(c * width // 2)), width), vec(I32, width))
+        for nibble in (b.and_(raw, const(I32, 15, width)), b.lshr(raw, const(I32, 4, width))):
+            codes.append(b.sitofp(nibble, vec(F32, width)))
+    return codes
+
+
+def in_column_order(b: ir.IRBuilder, sums: list[ir.Value], width: int) -> list[ir.Value]:
+    """`int4_panel`'s (even columns, odd columns) vector pairs interleaved into column order."""
+    out = []
+    for even, odd in zip(sums[::2], sums[1::2]):
+        mixed = b.shuffle_vector(even, odd, ir.Constant(vec(I32, 2 * width), [l for i in range(width)
+                                                                            for l in (i, width + i)]))
+        out += [b.shuffle_vector(mixed, mixed, ir.Constant(vec(I32, width), list(range(h, h + width))))
+                for h in (0, width)]
+    return out
+
+
+@dataclass(frozen=True)
+class FoldedGemv:
+    """The folded GEMV of `m` rows of x over panels of `cols` vectors of `width` columns."""
+
+    panel: Callable[[EmitContext, Dequant, ir.Value, int, int], list[ir.Value]]
+    in_order: Callable[[ir.IRBuilder, list[ir.Value], int], list[ir.Value]]
+    cols: int
+    width: int
+
+    @property
+    def columns(self) -> int:
+        """Columns per panel."""
+        return self.cols * self.width
+
+    def sweep(self, ctx: EmitContext, t: "T.DequantMatMul | T.DequantMatMulInt4", start: ir.Value,
+              stop: ir.Value) -> ir.Value:
+        """`dst[:, j]` for the whole panels of `start…stop`, block by block; returns where they end."""
+        b, end = ctx.b, steps_end(ctx.b, start, stop, self.columns)
+        with ctx.for_range(0, -(-t.k // t.block_size), name="kb") as kb:
+            first = b.mul(kb, I64(t.block_size))
+            last = b.add(first, I64(t.block_size))
+            last = b.select(b.icmp_signed("<", last, I64(t.k)), last, I64(t.k))
+            x_sums = block_sums(ctx, t, first, last) if t.is_asymmetric else []
+            with ctx.for_range(start, end, self.columns, name="panel") as j:
+                self.block(ctx, t, kb, first, last, x_sums, j)
+        return end
+
+    def block(self, ctx: EmitContext, t: "T.DequantMatMul | T.DequantMatMulInt4", kb: ir.Value, first: ir.Value,
+              last: ir.Value, x_sums: list[ir.Value], j: ir.Value) -> None:
+        """Rows `first…last` of W (block `kb`) at the panel's columns `j…`, added into dst."""
+        b, rows, cols, width = ctx.b, t.m, self.cols, self.width
+
+        def row(p: ir.Value, dots: list[ir.Value]) -> list[ir.Value]:
+            codes = self.panel(ctx, t, b.add(b.mul(p, I64(t.n)), j), cols, width)
+            dots = list(dots)
+            for r in range(rows):
+                x = splat(b, ctx.load(t.x, F32, b.add(p, I64(r * t.k))), width)
+                for c, q in enumerate(codes):
+                    dots[r * cols + c] = b.fadd(dots[r * cols + c], b.fmul(x, q, flags=FASTMATH), flags=FASTMATH)
+            return dots
+
+        dots = carried_loop(ctx, first, last, 1, [const(F32, 0.0, width)] * (rows * cols), row, name="p")
+        opening = b.icmp_signed("==", kb, I64(0))
+        for r in range(rows):
+            in_order = self.in_order(b, dots[r * cols:(r + 1) * cols], width)
+            for c, dot in enumerate(in_order):
+                col = b.add(j, I64(c * width))
+                at, out = b.add(b.mul(kb, I64(t.n)), col), b.add(col, I64(r * t.n))
+                s, z = int_scales(ctx, t, at, width)
+                if t.is_asymmetric:   # Σ x·q − z·Σ x
+                    dot = b.fsub(dot, b.fmul(z, splat(b, x_sums[r], width), flags=FASTMATH), flags=FASTMATH)
+                before = b.select(opening, const(F32, 0.0, width), ctx.load(t.dst, F32, out, width))
+                ctx.store(t.dst, b.fadd(before, b.fmul(s, dot, flags=FASTMATH), flags=FASTMATH), out)
+
+
+def block_sums(ctx: EmitContext, t: Dequant, first: ir.Value, last: ir.Value) -> list[ir.Value]:
+    """`Σ x[r, first…last]` for each row r of x."""
+    b = ctx.b
+
+    def add(p: ir.Value, sums: list[ir.Value]) -> list[ir.Value]:
+        return [b.fadd(s, ctx.load(t.x, F32, b.add(p, I64(r * t.k)))) for r, s in enumerate(sums)]
+    return carried_loop(ctx, first, last, 1, [F32(0.0)] * t.m, add, name="xsum")
+
+
+def folded_gemv(ctx: EmitContext, t: Dequant) -> "FoldedGemv | None":
+    """The folded GEMV for Int8Block, or Int4 with n even (every row of W starts on a byte), when `m ≤ MR`
+    and `k ≥ 1`: panels as wide as the vector registers hold `m` rows of accumulators for (up to `PANEL`)."""
+    int8 = isinstance(t, T.DequantMatMul)
+    if not (int8 or isinstance(t, T.DequantMatMulInt4) and t.n % 2 == 0) or t.m > MR or t.k == 0:
+        return None
+    registers = 32 if ctx.lanes >= 16 else 16
+    cols = max(2, min(PANEL, (registers - 4) // t.m) // 2 * 2)
+    return FoldedGemv(int8_panel, lambda b, sums, width: sums, cols, ctx.lanes) if int8 else \
+        FoldedGemv(int4_panel, in_column_order, cols, ctx.lanes)
 
 
 # ── validation and registration ──────────────────────────────────────────────

@@ -128,6 +128,10 @@ BLOCKED = [v for v in VARIANTS if v.kind in (T.DequantMatMul, T.DequantMatMulInt
 SHAPES = [(1, 37, W - 1), (3, 37, W), (4, 37, W + 1), (5, 37, 2 * W + 1), (0, 37, W), (9, 131, 301)]
 """(m, k, n), blocks of 16: k = 37 leaves a ragged last block; 9×131×301 splits columns across threads."""
 
+GEMV_SHAPES = [(1, 131, 1030, 16), (3, 37, 8 * W + 6, 16), (4, 20, 4 * W + 2, 64), (2, 37, 6 * W + 2, 16)]
+"""(m, k, n, block) for the folded GEMV (Int8, Int4 with n even; m ≤ 4): whole panels and a tail of
+columns on AVX2 and AVX-512; 1×131×1030 splits its panels across threads."""
+
 SPEC: dict[str, tuple[np.ndarray, np.ndarray]] = {}   # case → (x, W decoded from the spec text), float64
 
 
@@ -190,12 +194,25 @@ def build() -> tuple[Suite, dict[str, np.ndarray]]:
             add_gemm(s, v, 2, 5, 9, block=1)          # one row per block
             add_gemm(s, v, 4, 20, 3, block=64)        # one partial block, n below a vector
     add_gemm(s, fp8_variant(False), 2, 1, 5)      # k = 1
+    for v in VARIANTS[:4]:                        # Int8 and Int4, sym and asym
+        for m, k, n, block in GEMV_SHAPES if v.name.endswith("-asym") else GEMV_SHAPES[-1:]:
+            add_gemm(s, v, m, k, n, block)
     return s, decoded
 
 
 SUITE, DECODED = build()
 (outcome, test_matches_reference, test_nothing_outside_the_outputs_changes,
  test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
+
+
+def test_gemv_cases_take_the_folded_path(outcome) -> None:
+    """The folded GEMV (its block-outer panel loop) serves exactly Int8 and even-n Int4 with 1 ≤ m ≤ 4,
+    the GEMV cases among them."""
+    def folds(t) -> bool:
+        int8, int4 = isinstance(t, T.DequantMatMul), isinstance(t, T.DequantMatMulInt4)
+        return (int8 or int4 and t.n % 2 == 0) and 1 <= t.m <= 4
+    folded = {c.name for i, c in enumerate(SUITE.cases) if "panel.header:" in outcome.program.llvm_ir(thunk=i)}
+    assert folded == {c.name for c in SUITE.cases if folds(c.thunk)}
 
 
 @pytest.mark.parametrize("case", sorted(DECODED))
