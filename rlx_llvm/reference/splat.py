@@ -26,6 +26,8 @@ LOW_PASS = 0.3        # added to the 2-D covariance's diagonal (3DGS / gsplat `e
 MIN_SPREAD = 0.1      # floor of (a − c)²/4 + b² in the largest eigenvalue (as gsplat)
 MAX_ALPHA = 0.99      # alpha is clamped below 1 (as 3DGS)
 SH_DEGREES = {1: 0, 4: 1, 9: 2, 16: 3}   # SH coefficients per channel → degree
+# The parameter buffers; RenderBackward's `packed` holds their gradients in this order, each laid out as its buffer.
+GRAD_PARAMS = ("positions", "scales", "rotations", "opacities", "colors", "sh_coeffs")
 
 _C1 = 0.4886025119029199
 _C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792, 0.5462742152960396)
@@ -121,17 +123,21 @@ def limit(*limits: int) -> float:
 
 # ── stages ──────────────────────────────────────────────────────────────────
 
-def prepare(arena: np.ndarray, t) -> np.ndarray:
+def parameters(arena: np.ndarray, t) -> dict:
+    """The splat parameter buffers as float64 arrays, by name."""
+    return {name: read_f64(arena, getattr(t, f"{name}_off"), getattr(t, f"{name}_len")) for name in GRAD_PARAMS}
+
+
+def prepare(params: dict, meta: np.ndarray, t) -> np.ndarray:
     """`[n, PREP]` float64 prepared splats, depth-sorted (stable), culled ones last as zeros + inf depth."""
     n = splat_count(t)
-    f = lambda name, width: read_f64(arena, getattr(t, f"{name}_off"), width * n).reshape(n, width).T
-    meta = _meta(arena, t)
+    f = lambda name, width: params[name].reshape(n, width).T
     pos, scale, rot = f("positions", 3), f("scales", 3), f("rotations", 4)
     with np.errstate(all="ignore"):
         visible, (depth, u, v, ca, cb, cc, radius) = project(np, meta, float(t.radius_scale), pos, scale, rot)
         k = sh_per_channel(t)
         if k:
-            coeffs = read_f64(arena, t.sh_coeffs_off, 3 * k * n).reshape(n, k, 3).transpose(1, 2, 0)
+            coeffs = params["sh_coeffs"].reshape(n, k, 3).transpose(1, 2, 0)
             rgb = sh_colour(np, view_direction(np, meta, pos), coeffs)
         else:
             rgb = f("colors", 3)
@@ -184,13 +190,14 @@ def _store(arena: np.ndarray, off: int, values: np.ndarray) -> None:
 @reference(T.GaussianSplatRender)
 def gaussian_splat_render(arena: np.ndarray, t) -> None:
     """Prepare, then rasterize into `dst` (RGBA)."""
-    _store(arena, t.dst_off, rasterize(prepare(arena, t), _meta(arena, t), t))
+    meta = _meta(arena, t)
+    _store(arena, t.dst_off, rasterize(prepare(parameters(arena, t), meta, t), meta, t))
 
 
 @reference(T.GaussianSplatPrepare)
 def gaussian_splat_prepare(arena: np.ndarray, t) -> None:
     """The depth-sorted prepared splats at `prep`."""
-    _store(arena, t.prep_off, prepare(arena, t))
+    _store(arena, t.prep_off, prepare(parameters(arena, t), _meta(arena, t), t))
 
 
 @reference(T.GaussianSplatRasterize)
@@ -199,3 +206,44 @@ def gaussian_splat_rasterize(arena: np.ndarray, t) -> None:
     prep = read_f64(arena, t.prep_off, PREP * t.count).reshape(t.count, PREP)
     _store(arena, t.dst_off, rasterize(prep, _meta(arena, t), t))
 
+
+
+# ── backward ────────────────────────────────────────────────────────────────
+FD_STEP = 1e-5
+
+
+def loss_weights(arena: np.ndarray, t) -> np.ndarray:
+    """`d_loss` (RGBA per pixel) clipped to ±`loss_grad_clip` when that is > 0."""
+    d = read_f64(arena, t.d_loss_off, t.d_loss_len).reshape(t.height, t.width, 4)
+    clip = float(t.loss_grad_clip)
+    return np.clip(d, -clip, clip) if clip > 0 else d
+
+
+def sh_band_mask(t) -> np.ndarray:
+    """Per packed SH element: 1 where its coefficient's band (⌊√k⌋) is ≤ `sh_band`."""
+    k = sh_per_channel(t)
+    bands = np.floor(np.sqrt(np.arange(k)))
+    return np.tile(np.repeat(bands <= t.sh_band, 3), splat_count(t)).astype(np.float64)
+
+
+@reference(T.GaussianSplatRenderBackward)
+def gaussian_splat_render_backward(arena: np.ndarray, t) -> None:
+    """∂(Σ d_loss · Render)/∂ every parameter by central differences (step 1e-5) of the float64 Render;
+    `colors` under SH and SH coefficients of bands above `sh_band` get 0."""
+    params, weights, meta = parameters(arena, t), loss_weights(arena, t), _meta(arena, t)
+
+    def loss(changed: dict) -> float:
+        return float((weights * rasterize(prepare(params | changed, meta, t), meta, t)).sum())
+
+    grads = []
+    for name in GRAD_PARAMS:
+        g = np.zeros(params[name].size)
+        for j in range(g.size):
+            step = np.zeros_like(g)
+            step[j] = FD_STEP
+            g[j] = (loss({name: params[name] + step}) - loss({name: params[name] - step})) / (2 * FD_STEP)
+        grads.append(g)
+    if sh_per_channel(t):
+        grads[4][:] = 0.0
+        grads[5] *= sh_band_mask(t)
+    _store(arena, t.packed_off, np.concatenate(grads))

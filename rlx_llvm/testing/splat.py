@@ -64,7 +64,7 @@ def splat() -> list[Example]:
     out.append(example("GaussianSplatRasterize",
                        T.GaussianSplatRasterize(**prepared, meta_off=0, meta_len=23, **image, count=SPLATS,
                                                 **raster), rtol=1e-4, prep_off=PREPARED, meta_off=META))
-    return out
+    return out + splat_backward()
 
 
 def _prepared(rng: np.random.Generator, count: int) -> np.ndarray:
@@ -81,3 +81,18 @@ def _prepared(rng: np.random.Generator, count: int) -> np.ndarray:
 
 
 PREPARED = Values(np.dtype("f4"), _prepared)
+
+
+
+def splat_backward() -> list[Example]:
+    """RenderBackward of three splats (plain, and SH degree 1 with band 1) — checked against central differences."""
+    out = []
+    for sh in (0, 4):
+        fields = params(3, sh)
+        t = T.GaussianSplatRenderBackward(
+            **fields, meta_off=0, d_loss_off=0, d_loss_len=4 * WIDTH * HEIGHT, packed_off=0,
+            packed_len=sum(v for k, v in fields.items() if k.endswith("_len")), **limits(), loss_grad_clip=0.0,
+            sh_band=1, max_anisotropy=0.0)
+        values = {k: v for k, v in VALUES.items() if k in buffer_fields(t)}
+        out.append(example(f"GaussianSplatRenderBackward/sh{sh}", t, rtol=2e-3, d_loss_off=normal(), **values))
+    return out

@@ -86,7 +86,26 @@ def build() -> Suite:
     raster = {k: v for k, v in options().items() if k != "radius_scale"}
     s.add("rasterize", T.GaussianSplatRasterize(prep_off=prep, prep_len=PREP * 9, meta_off=meta, meta_len=21,
                                                 dst_off=dst, dst_len=4 * W * H, count=9, **raster), [out], **TOL)
+
+    overlapping = scene(s, 4, z=(2.5, 6.0))
+    overlapping["positions"][:, :2] *= 0.3
+    backward(s, "backward", overlapping)
+    backward(s, "backward-sh9-band1", scene(s, 3, sh=9), sh_band=1)
+    backward(s, "backward-clipped", scene(s, 3), loss_grad_clip=0.5)
     return s
+
+
+def backward(s: Suite, name: str, params: dict, sh_band: int = 3, loss_grad_clip: float = 0.0) -> None:
+    """A RenderBackward case: its reference is central differences of the float64 Render, so the tolerance
+    covers f32 accumulation over pixels (gradients of order 1–10 agree to ~1e-5 relative in practice)."""
+    fields = placed(s, params)
+    total = sum(v for k, v in fields.items() if k.endswith("_len"))
+    packed, out = s.out(np.float32, total)
+    t = T.GaussianSplatRenderBackward(**fields, meta_off=s.put(camera(W, H, 16.0)),
+                                      d_loss_off=s.put(s.normal(4 * W * H)), d_loss_len=4 * W * H, packed_off=packed,
+                                      packed_len=total, **options(), loss_grad_clip=loss_grad_clip, sh_band=sh_band,
+                                      max_anisotropy=0.0)
+    s.add(name, t, [out], rtol=1e-3, atol=1e-3)
 
 
 SUITE = build()
@@ -118,7 +137,7 @@ def test_centred_splat_is_its_closed_form(outcome) -> None:
 def test_scenes_draw_something(outcome) -> None:
     """Guard against vacuous parity: every scene but `empty` covers some pixels, `culled` hides its first four."""
     for name in outcome.suite.names:
-        if name.startswith(("prepare", "rasterize", "empty")):
+        if name.startswith(("prepare", "rasterize", "empty", "backward")):
             continue
         assert image(outcome, name)[..., 3].max() > 0.1, name
     assert not image(outcome, "empty")[..., 3].any()
@@ -154,3 +173,24 @@ def test_prepare_and_rasterize_lengths_are_checked() -> None:
                                       dst_len=4 * W * H, count=3,
                                       **{k: v for k, v in options().items() if k != "radius_scale"})
     expect_invalid(dataclasses.replace(raster, count=4), ARENA, "prep_len")
+
+
+def test_backward_is_not_vacuous(outcome) -> None:
+    """Every parameter buffer of the backward scene gets non-zero gradients; SH bands above `sh_band` get 0."""
+    off, _, count = outcome.case("backward").outputs[0]
+    g = outcome.got[off:off + 4 * count].view(np.float32)
+    n = 4
+    for start, stop in ((0, 3 * n), (3 * n, 6 * n), (6 * n, 10 * n), (10 * n, 11 * n), (11 * n, 14 * n)):
+        assert np.abs(g[start:stop]).max() > 1e-3
+    off, _, count = outcome.case("backward-sh9-band1").outputs[0]
+    sh = outcome.got[off:off + 4 * count].view(np.float32)[14 * 3:].reshape(3, 9, 3)
+    assert not sh[:, 4:].any() and np.abs(sh[:, :4]).max() > 1e-3
+
+
+def test_backward_lengths_are_checked() -> None:
+    fields = {k: v for k, v in _render_fields().items() if not k.startswith("dst")}
+    t = T.GaussianSplatRenderBackward(**fields, d_loss_off=ARENA // 2, d_loss_len=4 * W * H, packed_off=ARENA // 4,
+                                      packed_len=28, loss_grad_clip=0.0, sh_band=0, max_anisotropy=0.0)
+    expect_invalid(dataclasses.replace(t, packed_len=27), ARENA, "packed_len")
+    expect_invalid(dataclasses.replace(t, d_loss_len=4 * W * H - 4), ARENA, "d_loss_len")
+    expect_invalid(dataclasses.replace(t, max_anisotropy=10.0), ARENA, "max_anisotropy")
