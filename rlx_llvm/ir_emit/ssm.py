@@ -101,7 +101,7 @@ class Row(NamedTuple):
 def group_size(n: int, lanes: int) -> int:
     """Rows stepped together: up to 8 (neighbouring channels share the cache lines and pages of x, Δ, y),
     with at most 16 state vectors between them."""
-    return max(1, min(8, 16 // len(strips(0, n, lanes))))
+    return max(1, min(8, 16 // max(1, len(strips(0, n, lanes)))))
 
 
 def diagonal_scan(ctx: EmitContext, t: "T.SelectiveScan | T.Mamba2", n: int,
