@@ -1,4 +1,5 @@
-"""The FFT family as native code (semantics.md §2.16, §3.11; docs/lowering-fft.md): `Fft1d`.
+"""The FFT family as native code (semantics.md §2.16, §3.11; docs/lowering-fft.md): `Fft1d`, and the
+spectrum features `LogMel` and `LogMelBackward` as vector IR over real-block rows.
 
 Every table is computed in f64 at compile time for the thunk's `n` and stored as a private constant
 global in the rows' real type (f32 rows: the f64 values rounded once).  A row is transformed in
@@ -28,8 +29,11 @@ from ..dtypes import DType
 from ..errors import ValidationError
 from ..reference.fft import REAL, interleaved, norm_scale
 from ..registry import lowering
+from . import vecmath as vm
 from .context import EmitContext
-from .toolkit import F32, F64, I32, I64, PTR, Index, carried_loop, iadd, imul, scratch_ptr, sizeof, vec, zero_bytes
+from .rows import MAX, SUM, parallel_rows, reduce_row
+from .toolkit import (F32, F64, I8, I32, I64, PTR, Index, carried_loop, const, iadd, imul, lane_index, scratch_ptr,
+                      sizeof, splat, vec, zero_bytes)
 
 NAIVE_MAX = 16          # a length up to this that is not a power of two runs the unrolled DFT
 PAR_WORK = 1 << 15      # butterflies worth forking a thread for
@@ -385,3 +389,200 @@ def fft1d(ctx: EmitContext, t: T.Fft1d) -> None:
         with sub.for_range(start, stop, name="row") as row:
             row_fn(sub, row)
     ctx.parallel_for(t.outer, chunk, grain=1, min_work=max(1, PAR_WORK // butterflies(t.n_complex)))
+
+
+# ── LogMel, LogMelBackward ───────────────────────────────────────────────────
+
+LN10 = math.log(10.0)
+MEL_FLOOR = 1e-10     # each mel energy is clamped below at this before the log10
+FLOOR_DECADES = 8.0   # a row's log-mels are floored at its max − 8
+DEAD_BAND = 1e-6      # LogMelBackward passes no gradient where L is within this of the floor
+
+
+def check_log_mel(t: "T.LogMel | T.LogMelBackward") -> None:
+    """The one-sided bins lie inside each row's `n_fft` points."""
+    if t.n_bins > t.n_fft:
+        raise ValidationError(f"n_bins {t.n_bins} exceeds n_fft {t.n_fft} (a row holds n_fft points)", field="n_bins")
+
+
+@dataclass(frozen=True)
+class MelRow:
+    """One row's one-sided power, mel energies and log-mels (before the floor) in per-thread scratch."""
+
+    power: int   # scratch offsets of f32 arrays: [n_bins], [n_mels], [n_mels]
+    mel: int
+    log_mel: int
+
+    @classmethod
+    def alloc(cls, ctx: EmitContext, t: "T.LogMel | T.LogMelBackward") -> "MelRow":
+        return cls(*(ctx.scratch_alloc(4 * max(1, k)) for k in (t.n_bins, t.n_mels, t.n_mels)))
+
+    def at(self, ctx: EmitContext, array: int, i: Index, width: int = 1) -> ir.Value:
+        return ctx.load(array, F32, i, width, base=ctx.scratch)
+
+    def put(self, ctx: EmitContext, array: int, i: Index, value: ir.Value) -> None:
+        ctx.store(array, value, i, base=ctx.scratch)
+
+
+def spectrum_point(ctx: EmitContext, spec: int, n_fft: int, row: ir.Value, k: Index, width: int, part: int
+                   ) -> ir.Value:
+    """`re[k …]` (part 0) or `im[k …]` (part 1) of a real-block row of `n_fft` points."""
+    return ctx.load(spec, F32, iadd(ctx.b, imul(ctx.b, row, 2 * n_fft), iadd(ctx.b, k, part * n_fft)), width)
+
+
+def mel_row(ctx: EmitContext, t: "T.LogMel | T.LogMelBackward", row: ir.Value, s: MelRow) -> ir.Value:
+    """Fill `s` for `row`: `P = re² + im²`, `mel = filters · P`, `L = log10(max(mel, 1e−10))`; returns
+    the row's floor `max_m L − 8` (NaN-ignoring max)."""
+    b = ctx.b
+
+    def power(k: ir.Value, w: int) -> None:
+        re, im = (spectrum_point(ctx, t.spec, t.n_fft, row, k, w, part) for part in (0, 1))
+        s.put(ctx, s.power, k, b.fadd(b.fmul(re, re), b.fmul(im, im)))
+    ctx.vector_loop(t.n_bins, power)
+    with ctx.for_range(0, t.n_mels, name="mel") as m:
+        first = imul(b, m, t.n_bins)
+        (mel,) = reduce_row(ctx, t.n_bins, lambda k, w: (b.fmul(ctx.load(t.filters, F32, iadd(b, first, k), w),
+                                                                s.at(ctx, s.power, k, w)),), [SUM])
+        s.put(ctx, s.mel, m, mel)
+        clamped = vm.maxnum(b, mel, ir.Constant(F32, MEL_FLOOR))
+        s.put(ctx, s.log_mel, m, b.fmul(vm.log(b, clamped), ir.Constant(F32, 1.0 / LN10)))
+    (top,) = reduce_row(ctx, t.n_mels, lambda j, w: (s.at(ctx, s.log_mel, j, w),), [MAX])
+    return b.fsub(top, ir.Constant(F32, FLOOR_DECADES))
+
+
+def splat_f32(b: ir.IRBuilder, x: "ir.Value | float", width: int) -> ir.Value:
+    """A scalar value or constant as `width` f32 lanes."""
+    return const(F32, x, width) if isinstance(x, float) else splat(b, x, width)
+
+
+def mel_rows(ctx: EmitContext, t: "T.LogMel | T.LogMelBackward", row_fn: Callable) -> None:
+    """`row_fn(sub, row, scratch)` for every row, rows split across threads."""
+
+    def chunk(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        s = MelRow.alloc(sub, t)
+        with sub.for_range(start, stop, name="row") as row:
+            row_fn(sub, row, s)
+    parallel_rows(ctx, t.outer, 8 * t.n_fft + 4 * t.n_mels * max(1, t.n_bins), chunk)
+
+
+@lowering(T.LogMel, check=check_log_mel)
+def log_mel(ctx: EmitContext, t: T.LogMel) -> None:
+    def row_fn(sub: EmitContext, row: ir.Value, s: MelRow) -> None:
+        b = sub.b
+        floor = mel_row(sub, t, row, s)
+
+        def out(m: ir.Value, w: int) -> None:
+            floored = vm.maxnum(b, s.at(sub, s.log_mel, m, w), splat_f32(b, floor, w))
+            y = b.fmul(b.fadd(floored, splat_f32(b, 4.0, w)), splat_f32(b, 0.25, w))
+            sub.store(t.dst, y, iadd(b, imul(b, row, t.n_mels), m))
+        sub.vector_loop(t.n_mels, out)
+    mel_rows(ctx, t, row_fn)
+
+
+@lowering(T.LogMelBackward, check=check_log_mel)
+def log_mel_backward(ctx: EmitContext, t: T.LogMelBackward) -> None:
+    def row_fn(sub: EmitContext, row: ir.Value, s: MelRow) -> None:
+        b = sub.b
+        floor = mel_row(sub, t, row, s)
+        dpower = s.power   # P is no longer needed: dP accumulates in its place
+
+        def dmel(m: ir.Value, w: int) -> None:   # into s.mel: dy·0.25/(mel·ln10) where live, else 0
+            mel, lm = s.at(sub, s.mel, m, w), s.at(sub, s.log_mel, m, w)
+            above = b.fsub(vm.maxnum(b, lm, splat_f32(b, floor, w)), splat_f32(b, floor, w))
+            live = b.and_(b.fcmp_ordered(">", above, splat_f32(b, DEAD_BAND, w)),
+                          b.fcmp_ordered(">", mel, splat_f32(b, MEL_FLOOR, w)))
+            dy = sub.load(t.dy, F32, iadd(b, imul(b, row, t.n_mels), m), w)
+            g = b.fdiv(b.fmul(dy, splat_f32(b, 0.25, w)), b.fmul(mel, splat_f32(b, LN10, w)))
+            s.put(sub, s.mel, m, b.select(live, g, splat_f32(b, 0.0, w)))
+        sub.vector_loop(t.n_mels, dmel)
+        sub.vector_loop(t.n_bins, lambda k, w: s.put(sub, dpower, k, splat_f32(b, 0.0, w)))
+        with sub.for_range(0, t.n_mels, name="m") as m:
+            g, first = s.at(sub, s.mel, m), imul(b, m, t.n_bins)
+
+            def axpy(k: ir.Value, w: int) -> None:
+                f = sub.load(t.filters, F32, iadd(b, first, k), w)
+                s.put(sub, dpower, k, b.fadd(s.at(sub, dpower, k, w), b.fmul(splat_f32(b, g, w), f)))
+            sub.vector_loop(t.n_bins, axpy)
+        base = imul(b, row, 2 * t.n_fft)
+
+        def grad(k: ir.Value, w: int) -> None:
+            two_dp = b.fmul(s.at(sub, dpower, k, w), splat_f32(b, 2.0, w))
+            for part in (0, 1):
+                x = spectrum_point(sub, t.spec, t.n_fft, row, k, w, part)
+                sub.store(t.dst, b.fmul(two_dp, x), iadd(b, base, iadd(b, k, part * t.n_fft)))
+        sub.vector_loop(t.n_bins, grad)
+
+        def zeros(k: ir.Value, w: int) -> None:
+            for part in (0, 1):
+                sub.store(t.dst, splat_f32(b, 0.0, w), iadd(b, base, iadd(b, k, part * t.n_fft + t.n_bins)))
+        sub.vector_loop(t.n_fft - t.n_bins, zeros)
+    mel_rows(ctx, t, row_fn)
+
+
+# ── WelchPeaks ───────────────────────────────────────────────────────────────
+
+def check_welch_peaks(t: T.WelchPeaks) -> None:
+    """At least one segment to average, and the one-sided bins inside each row."""
+    if t.n_segments < 1:
+        raise ValidationError(f"n_segments must be at least 1, got {t.n_segments}", field="n_segments")
+    if t.n_fft < 1:
+        raise ValidationError(f"n_fft must be at least 1, got {t.n_fft}", field="n_fft")
+
+
+def welch_psd(ctx: EmitContext, t: T.WelchPeaks, row: ir.Value, psd: int) -> None:
+    """`psd[k] = (w_k · Σ_s (re² + im²)) / n_segments` of batch row `row` into scratch, the sum over
+    segments in order (no contraction: the reference's roundings)."""
+    b, n_bins = ctx.b, t.n_fft // 2 + 1
+    ctx.vector_loop(n_bins, lambda k, w: ctx.store(psd, splat_f32(b, 0.0, w), k, base=ctx.scratch))
+    with ctx.for_range(0, t.n_segments, name="seg") as seg:
+        spectrum = iadd(b, imul(b, row, t.n_segments), seg)
+
+        def add(k: ir.Value, w: int) -> None:
+            re, im = (spectrum_point(ctx, t.spec, t.n_fft, spectrum, k, w, part) for part in (0, 1))
+            total = b.fadd(ctx.load(psd, F32, k, w, base=ctx.scratch), b.fadd(b.fmul(re, re), b.fmul(im, im)))
+            ctx.store(psd, total, k, base=ctx.scratch)
+        ctx.vector_loop(n_bins, add)
+    count = float(t.n_segments)
+
+    def mean(k: ir.Value, w: int) -> None:
+        bins = lane_index(b, k, w)
+        at_end = b.or_(b.icmp_signed("==", bins, const(I64, 0, w)), b.icmp_signed("==", bins, const(I64, n_bins - 1, w)))
+        weight = b.select(at_end, splat_f32(b, 1.0, w), splat_f32(b, 2.0, w))
+        total = ctx.load(psd, F32, k, w, base=ctx.scratch)
+        ctx.store(psd, b.fdiv(b.fmul(total, weight), splat_f32(b, count, w)), k, base=ctx.scratch)
+    ctx.vector_loop(n_bins, mean)
+
+
+def ranks_above(b: ir.IRBuilder, v: ir.Value, best: ir.Value) -> ir.Value:
+    """Whether power `v` ranks strictly above `best`: larger, or a number where `best` is NaN (NaNs rank last)."""
+    return b.or_(b.fcmp_ordered(">", v, best), b.and_(b.fcmp_unordered("uno", best, best),
+                                                      b.fcmp_ordered("ord", v, v)))
+
+
+@lowering(T.WelchPeaks, check=check_welch_peaks)
+def welch_peaks(ctx: EmitContext, t: T.WelchPeaks) -> None:
+    n_bins = t.n_fft // 2 + 1
+    k = min(t.k, n_bins)
+
+    def chunk(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        b = sub.b
+        psd, taken = sub.scratch_alloc(4 * n_bins), sub.scratch_alloc(n_bins)
+        with sub.for_range(start, stop, name="row") as row:
+            welch_psd(sub, t, row, psd)
+            zero_bytes(sub, scratch_ptr(sub, taken), n_bins)
+            out = imul(b, row, 2 * t.k)
+            with sub.for_range(0, k, name="rank") as rank:
+                def better(j: ir.Value, best: list[ir.Value]) -> list[ir.Value]:
+                    v = sub.load(psd, F32, j, base=sub.scratch)
+                    free = b.icmp_unsigned("==", sub.load(taken, I8, j, base=sub.scratch), I8(0))
+                    take = b.and_(free, b.or_(b.icmp_signed("<", best[0], I64(0)), ranks_above(b, v, best[1])))
+                    return [b.select(take, j, best[0]), b.select(take, v, best[1])]
+                best_j, best_v = carried_loop(sub, 0, n_bins, 1, [I64(-1), ir.Constant(F32, math.nan)], better,
+                                              name="bin")
+                sub.store(taken, I8(1), best_j, base=sub.scratch)
+                at = b.add(out, b.mul(rank, I64(2)))
+                sub.store(t.dst, b.uitofp(best_j, F32), at)
+                sub.store(t.dst, best_v, b.add(at, I64(1)))
+            past = iadd(b, out, 2 * k)   # pairs past n_bins: zeros
+            sub.vector_loop(2 * (t.k - k), lambda i, w: sub.store(t.dst, splat_f32(b, 0.0, w), iadd(b, past, i)))
+    parallel_rows(ctx, t.welch_batch, 8 * t.n_segments * t.n_fft, chunk)

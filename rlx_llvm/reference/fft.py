@@ -72,9 +72,9 @@ def log_mel_parts(arena: np.ndarray, t: "T.LogMel | T.LogMelBackward") -> tuple[
     filters = view(arena, t.filters, np.float32, t.n_mels * t.n_bins).astype(np.float64).reshape(t.n_mels, t.n_bins)
     mel = power @ filters.T
     with np.errstate(all="ignore"):
-        raw = np.log10(np.maximum(mel, MEL_FLOOR))
-    top = np.max(raw, axis=1, keepdims=True, initial=-np.inf)
-    return re, im, filters, mel, raw, np.maximum(raw, top - 8.0)
+        raw = np.log10(np.fmax(mel, MEL_FLOOR))   # Rust's f32::max: a NaN mel is clamped to the floor
+    top = np.fmax.reduce(raw, axis=1, keepdims=True, initial=-np.inf)
+    return re, im, filters, mel, raw, np.fmax(raw, top - 8.0)
 
 
 @reference(T.LogMel)
@@ -87,7 +87,7 @@ def log_mel(arena: np.ndarray, t: T.LogMel) -> None:
 def log_mel_backward(arena: np.ndarray, t: T.LogMelBackward) -> None:
     re, im, filters, mel, raw, floored = log_mel_parts(arena, t)
     dy = view(arena, t.dy, np.float32, t.outer * t.n_mels).astype(np.float64).reshape(t.outer, t.n_mels)
-    top = np.max(raw, axis=1, keepdims=True, initial=-np.inf)
+    top = np.fmax.reduce(raw, axis=1, keepdims=True, initial=-np.inf)
     live = (np.abs(floored - (top - 8.0)) > 1e-6) & (mel > MEL_FLOOR)
     with np.errstate(all="ignore"):
         dmel = np.where(live, dy * 0.25 / (mel * math.log(10.0)), 0.0)
@@ -98,16 +98,26 @@ def log_mel_backward(arena: np.ndarray, t: T.LogMelBackward) -> None:
 
 
 def welch_psd(arena: np.ndarray, t: T.WelchPeaks) -> np.ndarray:
-    """`[batch, n_bins]` mean over segments of `w_k·(re² + im²)`, w = 1 at both ends and 2 inside, float32."""
+    """`[batch, n_bins]` f32: `(w_k · Σ_s (re² + im²)) / n_segments`, the sum over segments in order, w = 1 at
+    both ends and 2 inside — the kernel's f32 roundings, so ties and the top-k order match it exactly."""
     n_bins = t.n_fft // 2 + 1
-    *_, power = one_sided_power(arena, t.spec, t.welch_batch * t.n_segments, t.n_fft, n_bins)
-    w = np.full(n_bins, 2.0)
-    w[0] = w[-1] = 1.0
-    return (power * w).reshape(t.welch_batch, t.n_segments, n_bins).mean(axis=1).astype(np.float32)
+    s = view(arena, t.spec, np.float32, t.welch_batch * t.n_segments * 2 * t.n_fft)
+    s = s.reshape(t.welch_batch, t.n_segments, 2 * t.n_fft)
+    re, im = s[:, :, :n_bins], s[:, :, t.n_fft:t.n_fft + n_bins]
+    with np.errstate(all="ignore"):
+        power = re * re + im * im
+        total = np.zeros((t.welch_batch, n_bins), np.float32)
+        for seg in range(t.n_segments):
+            total = total + power[:, seg]
+        w = np.full(n_bins, 2.0, np.float32)
+        w[0] = w[-1] = 1.0
+        return (total * w) / np.float32(t.n_segments)
 
 
 @reference(T.WelchPeaks)
 def welch_peaks(arena: np.ndarray, t: T.WelchPeaks) -> None:
+    """Per batch row the top `min(k, n_bins)` bins by power, descending, ties (and NaNs, which rank below
+    −inf) in bin order, as `(bin as f32, power)` pairs; pairs past `n_bins` are zeros."""
     psd = welch_psd(arena, t)
     k = min(t.k, psd.shape[1])
     out = np.zeros((t.welch_batch, 2 * t.k), np.float32)

