@@ -32,6 +32,7 @@ FAMILIES = tuple(f"rlx_llvm.ir_emit.{name}" for name in (
     "custom_op",
     "rng",
     "splat",
+    "attention_backward",
 )) + ("rlx_llvm.kernels.fallbacks",)
 
 

@@ -214,9 +214,9 @@ def _visible_keys(ctx: EmitContext, t, i0, rows: int) -> "ir.Value | None":
 
 
 def _tiles(ctx: EmitContext, m: int, n: int, k: int, a: ir.Value, a_row: int, a_col: int, bm: ir.Value, ldb: int,
-           c: ir.Value, ldc: int, alpha: float, n_limit: "ir.Value | None" = None) -> None:
-    """`C[m, n] = α·A·B` by gemm.py's register tiles: A strided (`a_row`, `a_col`), B and C row-major
-    with leading dims `ldb`, `ldc` (pointers at element 0)."""
+           c: ir.Value, ldc: int, alpha: float, n_limit: "ir.Value | None" = None, beta: float = 0.0) -> None:
+    """`C[m, n] = α·A·B (+ β·C)` by gemm.py's register tiles: A strided (`a_row`, `a_col`), B and C
+    row-major with leading dims `ldb`, `ldc` (pointers at element 0)."""
     from .gemm import ACCUMULATORS, PANEL_VECTORS, TileShape, _maybe_loop, _runs
     bld = ctx.b
     w = ctx.lanes
@@ -227,13 +227,13 @@ def _tiles(ctx: EmitContext, m: int, n: int, k: int, a: ir.Value, a_row: int, a_
         nv = -(-width // w)
         mr = max(1, min(m, ACCUMULATORS.get(w, 12) // nv))
         for r0, rows, count in _runs(m, mr):
-            fn = TileShape(F32, w, rows, nv, False).function(ctx)
+            fn = TileShape(F32, w, rows, nv, beta != 0.0).function(ctx)
             with _maybe_loop(ctx, count, "atile") as tr:
                 row0 = iadd(bld, r0, imul(bld, tr, rows))
                 bld.call(fn, [ctx.addr(0, imul(bld, row0, a_row), 4, base=a), ctx.addr(0, col, 4, base=bm),
                               ctx.addr(0, iadd(bld, imul(bld, row0, ldc), col), 4, base=c),
                               I64(a_row), I64(a_col), I64(ldb), I64(ldc), as_value(k), I64(width - (nv - 1) * w),
-                              ir.Constant(F32, alpha), ir.Constant(F32, 0.0)])
+                              ir.Constant(F32, alpha), ir.Constant(F32, beta)])
     if n_limit is None:
         if full == 1:
             panel(0, pw)

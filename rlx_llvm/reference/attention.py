@@ -51,7 +51,15 @@ def attention(arena: np.ndarray, t) -> None:
     if t.softcap > 0:
         cap = float(np.float32(t.softcap))
         sc = cap * np.tanh(sc / cap)
-    kind = t.mask_kind
+    p = softmax_rows(apply_mask(arena, t, t.mask_kind, sc))
+    with np.errstate(all="ignore"):
+        y = np.einsum("bhqk,bhkd->bqhd", p, v)
+    out[:] = y.reshape(-1).astype(np.float32)
+
+
+def apply_mask(arena: np.ndarray, t, kind: MaskKind, sc: np.ndarray) -> np.ndarray:
+    """Scores `[batch, heads, seq, kv_seq]` after Custom overwrite → Bias add → Causal/Sliding overwrite."""
+    bs, s, kv, h = t.batch, t.seq, t.kv_seq, t.heads
     if kind == MaskKind.Custom:
         m = read_f64(arena, t.mask, bs * kv).reshape(bs, 1, 1, kv)
         sc = np.where(m < MASK_THRESHOLD, MASK_NEG_INF, sc)
@@ -64,11 +72,14 @@ def attention(arena: np.ndarray, t) -> None:
         if isinstance(kind, MaskKind.SlidingWindow):
             ok &= kj >= a - kind.w
         sc = np.where(ok, sc, MASK_NEG_INF)
+    return sc
+
+
+def softmax_rows(sc: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis."""
     with np.errstate(all="ignore"):
         e = np.exp(sc - np.nanmax(sc, axis=-1, keepdims=True))
-        p = e / e.sum(axis=-1, keepdims=True)
-        y = np.einsum("bhqk,bhkd->bqhd", p, v)
-    out[:] = y.reshape(-1).astype(np.float32)
+        return e / e.sum(axis=-1, keepdims=True)
 
 
 def rope_table_rows(t) -> np.ndarray:

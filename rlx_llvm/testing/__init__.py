@@ -28,6 +28,7 @@ from . import recurrent
 from . import fft
 from . import custom_op
 from . import rng
+from . import attention_backward
 from . import splat
 from .compare import assert_close, assert_outputs_match
 from .layout import (Buffer, Example, Values, bf16, example, ints, normal, pack, shift, side_by_side, spd, uniform,
@@ -54,6 +55,7 @@ FAMILIES: dict[str, Callable[[], list[Example]]] = {
     "fft": fft.fft,
     "custom_op": custom_op.custom_op,
     "rng": rng.rng,
+    "attention_backward": attention_backward.attention_backward,
     "splat": splat.splat,
 }
 
