@@ -31,8 +31,8 @@ from ..reference.fft import REAL, interleaved, norm_scale
 from ..registry import lowering
 from . import vecmath as vm
 from .context import EmitContext
-from .rows import MAX, SUM, parallel_rows, reduce_row
-from .toolkit import (F32, F64, I8, I32, I64, PTR, Index, carried_loop, const, iadd, imul, lane_index, scratch_ptr,
+from .rows import MAX, parallel_rows, reduce_row
+from .toolkit import (F32, F64, FASTMATH, I8, I32, I64, PTR, Index, carried_loop, const, iadd, imul, lane_index, scratch_ptr,
                       sizeof, splat, vec, zero_bytes)
 
 NAIVE_MAX = 16          # a length up to this that is not a power of two runs the unrolled DFT
@@ -397,6 +397,7 @@ LN10 = math.log(10.0)
 MEL_FLOOR = 1e-10     # each mel energy is clamped below at this before the log10
 FLOOR_DECADES = 8.0   # a row's log-mels are floored at its max − 8
 DEAD_BAND = 1e-6      # LogMelBackward passes no gradient where L is within this of the floor
+MEL_TILE = 8          # vectors of mel accumulators kept in registers (of AVX2's 16)
 
 
 def check_log_mel(t: "T.LogMel | T.LogMelBackward") -> None:
@@ -409,19 +410,27 @@ def check_log_mel(t: "T.LogMel | T.LogMelBackward") -> None:
 class MelRow:
     """One row's one-sided power, mel energies and log-mels (before the floor) in per-thread scratch."""
 
-    power: int   # scratch offsets of f32 arrays: [n_bins], [n_mels], [n_mels]
+    power: int   # scratch offsets of f32 arrays: [n_bins], [padded], [padded]
     mel: int
     log_mel: int
+    filters_t: int   # the shared scratch's `[n_bins, padded]` transposed filters, zero past n_mels
+    padded: int      # n_mels rounded up to whole vectors
 
     @classmethod
-    def alloc(cls, ctx: EmitContext, t: "T.LogMel | T.LogMelBackward") -> "MelRow":
-        return cls(*(ctx.scratch_alloc(4 * max(1, k)) for k in (t.n_bins, t.n_mels, t.n_mels)))
+    def alloc(cls, ctx: EmitContext, t: "T.LogMel | T.LogMelBackward", filters_t: int) -> "MelRow":
+        padded = mels_padded(t, ctx.lanes)
+        return cls(*(ctx.scratch_alloc(4 * max(1, k)) for k in (t.n_bins, padded, padded)), filters_t, padded)
 
     def at(self, ctx: EmitContext, array: int, i: Index, width: int = 1) -> ir.Value:
         return ctx.load(array, F32, i, width, base=ctx.scratch)
 
     def put(self, ctx: EmitContext, array: int, i: Index, value: ir.Value) -> None:
         ctx.store(array, value, i, base=ctx.scratch)
+
+
+def mels_padded(t: "T.LogMel | T.LogMelBackward", lanes: int) -> int:
+    """`n_mels` rounded up to whole vectors of `lanes`."""
+    return -(-t.n_mels // lanes) * lanes
 
 
 def spectrum_point(ctx: EmitContext, spec: int, n_fft: int, row: ir.Value, k: Index, width: int, part: int
@@ -439,13 +448,23 @@ def mel_row(ctx: EmitContext, t: "T.LogMel | T.LogMelBackward", row: ir.Value, s
         re, im = (spectrum_point(ctx, t.spec, t.n_fft, row, k, w, part) for part in (0, 1))
         s.put(ctx, s.power, k, b.fadd(b.fmul(re, re), b.fmul(im, im)))
     ctx.vector_loop(t.n_bins, power)
-    with ctx.for_range(0, t.n_mels, name="mel") as m:
-        first = imul(b, m, t.n_bins)
-        (mel,) = reduce_row(ctx, t.n_bins, lambda k, w: (b.fmul(ctx.load(t.filters, F32, iadd(b, first, k), w),
-                                                                s.at(ctx, s.power, k, w)),), [SUM])
-        s.put(ctx, s.mel, m, mel)
-        clamped = vm.maxnum(b, mel, ir.Constant(F32, MEL_FLOOR))
-        s.put(ctx, s.log_mel, m, b.fmul(vm.log(b, clamped), ir.Constant(F32, 1.0 / LN10)))
+    w = ctx.lanes
+    for first in range(0, s.padded, MEL_TILE * w):   # MEL_TILE vectors of mels in registers over every bin
+        vectors = min(MEL_TILE, (s.padded - first) // w)
+
+        def bin_step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            p = splat(b, s.at(ctx, s.power, k), w)
+            row_at = iadd(b, imul(b, k, s.padded), first)
+            return [b.fadd(a, b.fmul(ctx.load(s.filters_t, F32, iadd(b, row_at, v * w), w, base=ctx.shared), p,
+                                     flags=FASTMATH), flags=FASTMATH) for v, a in enumerate(acc)]
+        acc = carried_loop(ctx, 0, t.n_bins, 1, [splat_f32(b, 0.0, w)] * vectors, bin_step, name="bin")
+        for v, a in enumerate(acc):
+            s.put(ctx, s.mel, first + v * w, a)
+
+    def log_mel(m: ir.Value, width: int) -> None:
+        clamped = vm.maxnum(b, s.at(ctx, s.mel, m, width), splat_f32(b, MEL_FLOOR, width))
+        s.put(ctx, s.log_mel, m, b.fmul(vm.log(b, clamped), splat_f32(b, 1.0 / LN10, width)))
+    ctx.vector_loop(t.n_mels, log_mel)
     (top,) = reduce_row(ctx, t.n_mels, lambda j, w: (s.at(ctx, s.log_mel, j, w),), [MAX])
     return b.fsub(top, ir.Constant(F32, FLOOR_DECADES))
 
@@ -458,8 +477,17 @@ def splat_f32(b: ir.IRBuilder, x: "ir.Value | float", width: int) -> ir.Value:
 def mel_rows(ctx: EmitContext, t: "T.LogMel | T.LogMelBackward", row_fn: Callable) -> None:
     """`row_fn(sub, row, scratch)` for every row, rows split across threads."""
 
+    b, padded = ctx.b, mels_padded(t, ctx.lanes)
+    filters_t = ctx.scratch_alloc(4 * max(1, t.n_bins * padded))
+    zero_bytes(ctx, scratch_ptr(ctx, filters_t), 4 * t.n_bins * padded)
+    with ctx.for_range(0, t.n_mels, name="m") as m:
+        def transpose(k: ir.Value, w: int) -> None:   # one filter row into a column, element by element
+            ctx.store(filters_t, ctx.load(t.filters, F32, b.add(imul(b, m, t.n_bins), k)), b.add(imul(b, k, padded), m),
+                      base=ctx.scratch)
+        ctx.vector_loop(t.n_bins, transpose, width=1)
+
     def chunk(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        s = MelRow.alloc(sub, t)
+        s = MelRow.alloc(sub, t, filters_t)
         with sub.for_range(start, stop, name="row") as row:
             row_fn(sub, row, s)
     parallel_rows(ctx, t.outer, 8 * t.n_fft + 4 * t.n_mels * max(1, t.n_bins), chunk)
