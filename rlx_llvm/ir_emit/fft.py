@@ -614,3 +614,48 @@ def welch_peaks(ctx: EmitContext, t: T.WelchPeaks) -> None:
             past = iadd(b, out, 2 * k)   # pairs past n_bins: zeros
             sub.vector_loop(2 * (t.k - k), lambda i, w: sub.store(t.dst, splat_f32(b, 0.0, w), iadd(b, past, i)))
     parallel_rows(ctx, t.welch_batch, 8 * t.n_segments * t.n_fft, chunk)
+
+
+# ── FftButterflyStage ────────────────────────────────────────────────────────
+
+def check_butterfly_stage(t: T.FftButterflyStage) -> None:
+    """A power-of-two `n_fft ≥ 2` and a stage of its radix-2 transform."""
+    if t.n_fft < 2 or not is_pow2(t.n_fft):
+        raise ValidationError(f"n_fft must be a power of two ≥ 2, got {t.n_fft}", field="n_fft")
+    if t.stage >= t.n_fft.bit_length() - 1:
+        raise ValidationError(f"stage {t.stage} is past the last of log2({t.n_fft}) stages", field="stage")
+
+
+@lowering(T.FftButterflyStage, check=check_butterfly_stage, inplace=True)
+def fft_butterfly_stage(ctx: EmitContext, t: T.FftButterflyStage) -> None:
+    """Pair p joins points `i0 = (p // h)·2h + p % h` and `i1 = i0 + h` (`h = 2^stage`): gate 0 copies
+    them; otherwise `(a + w·b, a − w·b)`, swapped where `rev` is non-zero."""
+    b, h, half = ctx.b, 1 << t.stage, t.n_fft // 2
+
+    def point(base: ir.Value, i: ir.Value) -> Pair:
+        at = b.add(base, b.mul(i, I64(2)))
+        return ctx.load(t.state_src, F32, at), ctx.load(t.state_src, F32, b.add(at, I64(1)))
+
+    def put(base: ir.Value, i: ir.Value, z: Pair) -> None:
+        at = b.add(base, b.mul(i, I64(2)))
+        ctx.store(t.state_dst, z[0], at)
+        ctx.store(t.state_dst, z[1], b.add(at, I64(1)))
+
+    def pick(flag: ir.Value, x: Pair, y: Pair) -> Pair:
+        return b.select(flag, x[0], y[0]), b.select(flag, x[1], y[1])
+
+    zero = ir.Constant(F32, 0.0)
+    with ctx.for_range(0, t.batch, name="batch") as item:
+        base = imul(b, item, 2 * t.n_fft)
+        with ctx.for_range(0, half, name="pair") as p:
+            top = b.add(b.mul(b.udiv(p, I64(h)), I64(2 * h)), b.urem(p, I64(h)))
+            bottom = b.add(top, I64(h))
+            x, y = point(base, top), point(base, bottom)
+            tw = ctx.load(t.tw_re_src, F32, p), ctx.load(t.tw_im_src, F32, p)
+            wy = cmul(b, tw, y)
+            plus = b.fadd(x[0], wy[0]), b.fadd(x[1], wy[1])
+            minus = b.fsub(x[0], wy[0]), b.fsub(x[1], wy[1])
+            gated = b.fcmp_unordered("!=", ctx.load(t.gate_src, F32, p), zero)
+            swapped = b.fcmp_unordered("!=", ctx.load(t.rev_src, F32, p), zero)
+            put(base, top, pick(gated, pick(swapped, minus, plus), x))
+            put(base, bottom, pick(gated, pick(swapped, plus, minus), y))

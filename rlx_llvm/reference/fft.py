@@ -125,3 +125,34 @@ def welch_peaks(arena: np.ndarray, t: T.WelchPeaks) -> None:
         order = np.argsort(-row, kind="stable")[:k]
         out[r, 0:2 * k:2], out[r, 1:2 * k:2] = order, row[order]
     view(arena, t.dst, np.float32, out.size)[:] = out.reshape(-1)
+
+
+def butterfly_pairs(n_fft: int, stage: int) -> tuple[np.ndarray, np.ndarray]:
+    """The classic iterative radix-2 DIT pairing of stage `stage`: pair p joins points
+    `i0 = (p // h)·2h + p % h` and `i1 = i0 + h`, with `h = 2^stage`."""
+    h = 1 << stage
+    p = np.arange(n_fft // 2)
+    top = (p // h) * 2 * h + p % h
+    return top, top + h
+
+
+@reference(T.FftButterflyStage)
+def fft_butterfly_stage(arena: np.ndarray, t: T.FftButterflyStage) -> None:
+    """Per pair: gate 0 copies both points; otherwise `(a + w·b, a − w·b)` in f32 (w·b as
+    `(wr·br − wi·bi, wr·bi + wi·br)`), the two outputs swapped where `rev` is non-zero."""
+    half = t.n_fft // 2
+    state = view(arena, t.state_src, np.float32, t.batch * t.n_fft * 2).reshape(t.batch, t.n_fft, 2)
+    gate, rev, wr, wi = (view(arena, off, np.float32, half) for off in (t.gate_src, t.rev_src, t.tw_re_src, t.tw_im_src))
+    top, bottom = butterfly_pairs(t.n_fft, t.stage)
+    a, b = state[:, top], state[:, bottom]
+    with np.errstate(all="ignore"):
+        tr = wr * b[..., 0] - wi * b[..., 1]
+        ti = wr * b[..., 1] + wi * b[..., 0]
+        plus = np.stack([a[..., 0] + tr, a[..., 1] + ti], axis=-1)
+        minus = np.stack([a[..., 0] - tr, a[..., 1] - ti], axis=-1)
+    gated, swapped = (gate != 0)[None, :, None], (rev != 0)[None, :, None]
+    first = np.where(gated, np.where(swapped, minus, plus), a)
+    second = np.where(gated, np.where(swapped, plus, minus), b)
+    out = np.empty_like(state)
+    out[:, top], out[:, bottom] = first, second
+    view(arena, t.state_dst, np.float32, out.size)[:] = out.reshape(-1)

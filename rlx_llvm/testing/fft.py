@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import thunks as T
 from ..dtypes import DType
-from .layout import Example, example, uniform
+from .layout import Example, example, ints, uniform
 
 
 def fft() -> list[Example]:
@@ -23,4 +23,8 @@ def fft() -> list[Example]:
                          filters=uniform(0.0, 1.0), rtol=1e-4))
     t = T.WelchPeaks(spec=0, dst=0, welch_batch=2, n_fft=16, n_segments=3, k=4)
     cases.append(example("WelchPeaks/16fft_3segs_top4", t, rtol=0.0))
+    t = T.FftButterflyStage(state_src=0, state_dst=0, gate_src=0, rev_src=0, tw_re_src=0, tw_im_src=0, batch=3,
+                            n_fft=16, stage=1)
+    cases.append(example("FftButterflyStage/16fft_stage1", t, gate_src=ints(0, 2, "f4"), rev_src=ints(0, 2, "f4"),
+                         rtol=0.0))
     return cases

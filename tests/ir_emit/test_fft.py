@@ -97,6 +97,10 @@ def build() -> Suite:
     for shape in WELCH_SHAPES:
         add_welch(s, *shape)
     add_welch(s, 2, 2 * W + 2, 3, W + 1, ties=True)
+    for n_fft in (2, 8, 64):
+        for stage in range(n_fft.bit_length() - 1):
+            add_butterfly(s, n_fft, stage)
+    add_butterfly_chain(s, 32)
     return s
 
 
@@ -154,6 +158,46 @@ def add_welch(s: Suite, batch: int, n_fft: int, segments: int, k: int, ties: boo
     s.add(name, T.WelchPeaks(spec=s.put(spec), dst=dst, welch_batch=batch, n_fft=n_fft, n_segments=segments, k=k),
           [o], exact=True)
     WELCH_INPUTS[name] = spec.astype(np.float64)
+
+
+def butterfly_stage(s: Suite, state: int, dst: int, n_fft: int, stage: int, gate: np.ndarray, rev: np.ndarray,
+                    tw: np.ndarray, batch: int) -> T.FftButterflyStage:
+    return T.FftButterflyStage(state_src=state, state_dst=dst, gate_src=s.put(gate), rev_src=s.put(rev),
+                               tw_re_src=s.put(tw.real.astype(np.float32)), tw_im_src=s.put(tw.imag.astype(np.float32)),
+                               batch=batch, n_fft=n_fft, stage=stage)
+
+
+def add_butterfly(s: Suite, n_fft: int, stage: int, batch: int = 3) -> None:
+    """Random gates and swaps (one gate NaN: applied), random twiddles; bit for bit."""
+    half = n_fft // 2
+    gate, rev = (s.rng.integers(0, 2, half).astype(np.float32) for _ in range(2))
+    gate[-1] = np.nan
+    tw = s.rng.standard_normal(half) + 1j * s.rng.standard_normal(half)
+    dst, o = s.out(np.float32, batch * n_fft * 2)
+    t = butterfly_stage(s, s.put(s.normal(batch * n_fft * 2)), dst, n_fft, stage, gate, rev, tw, batch)
+    s.add(f"butterfly-{n_fft}-s{stage}", t, [o], exact=True)
+
+
+CHAIN: dict[str, object] = {}
+
+
+def add_butterfly_chain(s: Suite, n_fft: int) -> None:
+    """Every stage of an `n_fft`-point FFT, gates 1, no swaps, the DIT twiddles e^{−πi (p mod h)/h}, ping-pong
+    between two buffers from a bit-reversed input: the last buffer is the FFT (the pairing is the classic one)."""
+    from rlx_llvm.ir_emit.fft import bit_reversed
+    x = s.normal(2, n_fft) + 1j * s.normal(2, n_fft)
+    rev = bit_reversed(n_fft)
+    state = np.stack([x[:, rev].real, x[:, rev].imag], axis=-1).astype(np.float32)
+    bufs = [s.put(state), s.slot(state.nbytes)]
+    half = n_fft // 2
+    stages = n_fft.bit_length() - 1
+    for stage in range(stages):
+        h = 1 << stage
+        tw = np.exp(-1j * np.pi * (np.arange(half) % h) / h)
+        t = butterfly_stage(s, bufs[stage % 2], bufs[(stage + 1) % 2], n_fft, stage, np.ones(half, np.float32),
+                            np.zeros(half, np.float32), tw, 2)
+        s.add(f"chain-{n_fft}-s{stage}", t, [(bufs[(stage + 1) % 2], np.dtype(np.float32), state.size)], exact=True)
+    CHAIN.update(name=f"chain-{n_fft}-s{stages - 1}", x=x)
 
 
 SUITE = build()
@@ -320,3 +364,26 @@ def test_welch_ties_keep_bin_order(outcome) -> None:
 def test_welch_without_segments_is_refused() -> None:
     t = T.WelchPeaks(spec=0, dst=1024, welch_batch=1, n_fft=8, n_segments=0, k=2)
     expect_invalid(t, 4096, "n_segments", "at least 1")
+
+
+# ── FftButterflyStage ────────────────────────────────────────────────────────
+
+def test_butterfly_chain_is_the_fft(outcome) -> None:
+    """log2(n) gated stages with the classic DIT pairing and twiddles turn a bit-reversed row into its DFT."""
+    got = outcome.output(CHAIN["name"]).reshape(2, -1, 2)
+    want = np.fft.fft(CHAIN["x"], axis=1)
+    assert_close(got, np.stack([want.real, want.imag], axis=-1), 0, 1e-5 * np.abs(want).max())
+
+
+def test_butterfly_pairing_hand_example() -> None:
+    """n = 8, stage 1 (h = 2): pairs (0, 2), (1, 3), (4, 6), (5, 7)."""
+    from rlx_llvm.reference.fft import butterfly_pairs
+    top, bottom = butterfly_pairs(8, 1)
+    assert list(zip(top.tolist(), bottom.tolist())) == [(0, 2), (1, 3), (4, 6), (5, 7)]
+
+
+@pytest.mark.parametrize("changes, field", [(dict(n_fft=12), "n_fft"), (dict(n_fft=1), "n_fft"), (dict(stage=3), "stage")])
+def test_butterfly_bad_shapes_are_refused(changes: dict, field: str) -> None:
+    t = T.FftButterflyStage(**(dict(state_src=0, state_dst=1024, gate_src=2048, rev_src=2112, tw_re_src=2176,
+                                    tw_im_src=2240, batch=1, n_fft=8, stage=0) | changes))
+    expect_invalid(t, 4096, field)
