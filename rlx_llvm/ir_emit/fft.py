@@ -25,15 +25,14 @@ import numpy as np
 from llvmlite import ir
 
 from .. import thunks as T
-from ..dtypes import DType
 from ..errors import ValidationError
 from ..reference.fft import REAL, interleaved, norm_scale
 from ..registry import lowering
 from . import vecmath as vm
 from .context import EmitContext
 from .rows import MAX, parallel_rows, reduce_row
-from .toolkit import (F32, F64, FASTMATH, I8, I32, I64, PTR, Index, carried_loop, const, iadd, imul, lane_index, scratch_ptr,
-                      sizeof, splat, vec, zero_bytes)
+from .toolkit import (F32, F64, FASTMATH, I8, I32, I64, PTR, Index, carried_loop, const, iadd, imul, lane_index,
+                      scalar_of, scratch_ptr, sizeof, splat, vec, width_of, zero_bytes)
 
 NAIVE_MAX = 16          # a length up to this that is not a power of two runs the unrolled DFT
 PAR_WORK = 1 << 15      # butterflies worth forking a thread for
@@ -72,8 +71,7 @@ def cscale(b: ir.IRBuilder, x: Pair, s: float) -> Pair:
     """`x · s` for a real constant `s` (nothing for 1)."""
     if s == 1.0:
         return x
-    k = [ir.Constant(x[0].type, s)] if not isinstance(x[0].type, ir.VectorType) else None
-    c = k[0] if k else ir.Constant(x[0].type, [ir.Constant(x[0].type.element, s)] * x[0].type.count)
+    c = const(scalar_of(x[0].type), s, width_of(x[0]))
     return b.fmul(x[0], c), b.fmul(x[1], c)
 
 
@@ -90,13 +88,8 @@ class Table:
     @classmethod
     def of(cls, ctx: EmitContext, name: str, ty: ir.Type, values: np.ndarray) -> "Table":
         """The complex128 `values` rounded to `ty`, as globals named after the thunk's function."""
-        def part(suffix: str, xs: np.ndarray) -> ir.GlobalVariable:
-            aty = ir.ArrayType(ty, len(xs))
-            g = ir.GlobalVariable(ctx.module, aty, name=f"{ctx.fn.name}.{name}.{suffix}")
-            g.global_constant, g.linkage = True, "private"
-            g.initializer = ir.Constant(aty, [ir.Constant(ty, float(v)) for v in xs])
-            return g
-        return cls(part("re", values.real), part("im", values.imag), ty)
+        return cls(constant_array(ctx, f"{name}.re", ty, values.real.tolist()),
+                   constant_array(ctx, f"{name}.im", ty, values.imag.tolist()), ty)
 
     def load(self, b: ir.IRBuilder, index: Index, width: int = 1) -> Pair:
         """Entries `index … index + width − 1`."""
@@ -105,12 +98,12 @@ class Table:
                      for g in (self.re, self.im))
 
 
-def index_table(ctx: EmitContext, name: str, values: Sequence[int]) -> ir.GlobalVariable:
-    """A private constant i32 table."""
-    aty = ir.ArrayType(I32, len(values))
+def constant_array(ctx: EmitContext, name: str, ty: ir.Type, values: Sequence[float | int]) -> ir.GlobalVariable:
+    """A private constant global array of `ty` holding `values`, named after the thunk's function."""
+    aty = ir.ArrayType(ty, len(values))
     g = ir.GlobalVariable(ctx.module, aty, name=f"{ctx.fn.name}.{name}")
     g.global_constant, g.linkage = True, "private"
-    g.initializer = ir.Constant(aty, [ir.Constant(I32, int(v)) for v in values])
+    g.initializer = ir.Constant(aty, [ir.Constant(ty, v) for v in values])
     return g
 
 
@@ -273,7 +266,7 @@ class Radix2:
     def of(cls, ctx: EmitContext, name: str, m: int, ty: ir.Type, inverse: bool = False) -> "Radix2":
         """The tables for `m` points (the inverse's twiddles are the conjugates)."""
         tw = stage_twiddles(m)
-        return cls(m, index_table(ctx, f"{name}.rev", bit_reversed(m)),
+        return cls(m, constant_array(ctx, f"{name}.rev", I32, bit_reversed(m)),
                    Table.of(ctx, f"{name}.tw", ty, np.conj(tw) if inverse else tw))
 
     def reversed_index(self, b: ir.IRBuilder, i: ir.Value) -> ir.Value:
