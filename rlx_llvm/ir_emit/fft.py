@@ -26,7 +26,7 @@ from llvmlite import ir
 
 from .. import thunks as T
 from ..errors import ValidationError
-from ..reference.fft import REAL, interleaved, norm_scale
+from ..reference.fft import FFTQ_SCALES, I32_MAX, I32_MIN, Q, REAL, interleaved, norm_scale, q30_twiddles
 from ..registry import lowering
 from . import vecmath as vm
 from .context import EmitContext
@@ -652,3 +652,83 @@ def fft_butterfly_stage(ctx: EmitContext, t: T.FftButterflyStage) -> None:
             swapped = b.fcmp_unordered("!=", ctx.load(t.rev_src, F32, p), zero)
             put(base, top, pick(gated, pick(swapped, minus, plus), x))
             put(base, bottom, pick(gated, pick(swapped, plus, minus), y))
+
+
+# ── Fft1dQ: fixed point ─────────────────────────────────────────────────────
+
+def check_fft1d_q(t: T.Fft1dQ) -> None:
+    """A power-of-two `n_complex`, a known `norm_tag` and `scale_tag`."""
+    if t.n_complex < 1 or not is_pow2(t.n_complex):
+        raise ValidationError(f"the fixed-point FFT is radix-2: n_complex must be a power of two, got {t.n_complex}",
+                              field="n_complex")
+    if t.norm_tag not in (0, 1, 2):
+        raise ValidationError(f"unknown norm_tag {t.norm_tag} (0 Backward, 1 Forward, 2 Ortho)", field="norm_tag")
+    if t.scale_tag not in FFTQ_SCALES:
+        raise ValidationError(f"unknown scale_tag {t.scale_tag} (0 None, 1 PerStage)", field="scale_tag")
+
+
+def saturate(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """An i64 clamped to the i32 range, as i32."""
+    v = b.select(b.icmp_signed("<", v, I64(I32_MIN)), I64(I32_MIN), v)
+    return b.trunc(b.select(b.icmp_signed(">", v, I64(I32_MAX)), I64(I32_MAX), v), I32)
+
+
+def q_butterfly(ctx: EmitContext, t: T.Fft1dQ, base: ir.Value, a: ir.Value, c: ir.Value, w: Pair) -> None:
+    """Points `a`, `c` of the row at element `base` of dst: `t = w·x_c` (Q30, round half up), `x_a ± t`
+    (halved, round half up, under PerStage), saturated to i32."""
+    b, n = ctx.b, t.n_complex
+
+    def load(i: ir.Value, part: int) -> ir.Value:
+        return b.sext(ctx.load(t.dst, I32, b.add(base, b.add(i, I64(part * n)))), I64)
+
+    def store(i: ir.Value, part: int, v: ir.Value) -> None:
+        if t.scale_tag == 1:
+            v = b.ashr(b.add(v, I64(1)), I64(1))
+        ctx.store(t.dst, saturate(b, v), b.add(base, b.add(i, I64(part * n))))
+
+    (ar, ai), (cr, ci) = (load(a, 0), load(a, 1)), (load(c, 0), load(c, 1))
+    half_ulp = I64(1 << (Q - 1))
+    tr = b.ashr(b.add(b.sub(b.mul(w[0], cr), b.mul(w[1], ci)), half_ulp), I64(Q))
+    ti = b.ashr(b.add(b.add(b.mul(w[0], ci), b.mul(w[1], cr)), half_ulp), I64(Q))
+    for part, (x, y) in enumerate(((ar, tr), (ai, ti))):
+        store(a, part, b.add(x, y))
+        store(c, part, b.sub(x, y))
+
+
+@lowering(T.Fft1dQ, check=check_fft1d_q)
+def fft1d_q(ctx: EmitContext, t: T.Fft1dQ) -> None:
+    """Radix-2 DIT on i32 real-block rows with Q30 twiddles: bit-reversed copy into dst, `log2 n` stages in
+    place (i64 products, saturating sums), then the `norm_tag` factor (rounded half to even); rows in parallel."""
+    n = t.n_complex
+    if t.outer == 0:
+        return
+    w_re, w_im = q30_twiddles(n, t.inverse)
+    rev = constant_array(ctx, "rev", I64, bit_reversed(n))
+    tw = [constant_array(ctx, name, I64, [int(v) for v in vals]) for name, vals in (("tw_re", w_re), ("tw_im", w_im))]
+    factor = norm_scale(t.norm_tag, t.inverse, n)
+
+    def rows(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        b = sub.b
+        with sub.for_range(start, stop, name="row") as row:
+            base = b.mul(row, I64(2 * n))
+            with sub.for_range(0, n, name="scatter") as i:
+                j = b.load(b.gep(rev, [I64(0), i], inbounds=True), typ=I64)
+                for part in (0, 1):
+                    value = sub.load(t.src, I32, b.add(base, b.add(j, I64(part * n))))
+                    sub.store(t.dst, value, b.add(base, b.add(i, I64(part * n))))
+            half = 1
+            while half < n:
+                stride = n // (2 * half)
+                with sub.for_range(0, n, 2 * half, name=f"group{half}") as g, \
+                        sub.for_range(0, half, name=f"k{half}") as k:
+                    at = b.mul(k, I64(stride))
+                    w = tuple(b.load(b.gep(tab, [I64(0), at], inbounds=True), typ=I64) for tab in tw)
+                    q_butterfly(sub, t, base, b.add(g, k), b.add(b.add(g, k), I64(half)), w)
+                half *= 2
+            if factor != 1.0:
+                rint = sub.intrinsic("llvm.rint.f64", F64, [F64])
+                with sub.for_range(0, 2 * n, name="norm") as i:
+                    v = b.fmul(b.sitofp(sub.load(t.dst, I32, b.add(base, i)), F64), ir.Constant(F64, factor))
+                    sub.store(t.dst, saturate(b, b.fptosi(b.call(rint, [v]), I64)), b.add(base, i))
+
+    ctx.parallel_for(t.outer, rows, grain=1, min_work=max(1, PAR_WORK // max(1, n * max(1, n.bit_length()))))

@@ -156,3 +156,56 @@ def fft_butterfly_stage(arena: np.ndarray, t: T.FftButterflyStage) -> None:
     out = np.empty_like(state)
     out[:, top], out[:, bottom] = first, second
     view(arena, t.state_dst, np.float32, out.size)[:] = out.reshape(-1)
+
+
+# ── Fft1dQ: fixed point ─────────────────────────────────────────────────────
+
+Q = 30
+"""Twiddles are Q30 integers: `round(cos·2^30)`, `round(sin·2^30)`."""
+I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
+FFTQ_SCALES = {0: "None", 1: "PerStage"}
+"""`scale_tag`: 0 None (sums saturate to i32), 1 PerStage (each stage's outputs halved, round half up: 1/N in all)."""
+
+
+def q30_twiddles(n: int, inverse: bool) -> tuple[np.ndarray, np.ndarray]:
+    """`W^k = e^{∓2πi k/n}`, k < n/2, as Q30 int64 (re, im), exact at quarter turns."""
+    k = np.arange(max(n // 2, 1))
+    sign = 1 if inverse else -1
+    w = np.exp(sign * 2j * np.pi * k / n)
+    quarter, rest = np.divmod(4 * k, n)
+    w = np.where(rest == 0, np.array([1, sign * 1j, -1, -sign * 1j])[quarter % 4], w)
+    return (np.rint(w.real * 2.0 ** Q).astype(np.int64), np.rint(w.imag * 2.0 ** Q).astype(np.int64))
+
+
+def fft1d_q_rows(x: np.ndarray, inverse: bool, norm_tag: int, scale_tag: int) -> np.ndarray:
+    """The fixed-point transform of int64 complex rows `(re, im)` `[outer, 2, n]`, n a power of two."""
+    re, im = x[:, 0].copy(), x[:, 1].copy()
+    n = re.shape[1]
+    rev = np.array([int(format(i, f"0{n.bit_length() - 1}b")[::-1], 2) if n > 1 else 0 for i in range(n)])
+    re, im = re[:, rev], im[:, rev]
+    w_re, w_im = q30_twiddles(n, inverse)
+    half = 1
+    while half < n:
+        k = np.arange(half)
+        wr, wi = w_re[k * (n // (2 * half))], w_im[k * (n // (2 * half))]
+        for g in range(0, n, 2 * half):
+            a, b = g + k, g + k + half
+            t_re = (wr * re[:, b] - wi * im[:, b] + (1 << (Q - 1))) >> Q
+            t_im = (wr * im[:, b] + wi * re[:, b] + (1 << (Q - 1))) >> Q
+            outs = [re[:, a] + t_re, im[:, a] + t_im, re[:, a] - t_re, im[:, a] - t_im]
+            if scale_tag == 1:
+                outs = [(v + 1) >> 1 for v in outs]
+            re[:, a], im[:, a], re[:, b], im[:, b] = (np.clip(v, I32_MIN, I32_MAX) for v in outs)
+        half *= 2
+    factor = norm_scale(norm_tag, inverse, n)
+    if factor != 1.0:
+        re, im = (np.clip(np.rint(v * factor), I32_MIN, I32_MAX).astype(np.int64) for v in (re, im))
+    return np.stack([re, im], axis=1)
+
+
+@reference(T.Fft1dQ)
+def fft1d_q(arena: np.ndarray, t: T.Fft1dQ) -> None:
+    """i32 real-block rows through the radix-2 fixed-point transform (docs/semantics-choices.md "fft")."""
+    x = view(arena, t.src, np.int32, 2 * t.outer * t.n_complex).astype(np.int64).reshape(t.outer, 2, t.n_complex)
+    out = fft1d_q_rows(x, t.inverse, t.norm_tag, t.scale_tag)
+    view(arena, t.dst, np.int32, out.size)[:] = out.reshape(-1).astype(np.int32)

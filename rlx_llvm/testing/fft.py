@@ -27,4 +27,8 @@ def fft() -> list[Example]:
                             n_fft=16, stage=1)
     cases.append(example("FftButterflyStage/16fft_stage1", t, gate_src=ints(0, 2, "f4"), rev_src=ints(0, 2, "f4"),
                          rtol=0.0))
+    for n, inverse, norm, scale in ((16, False, 0, 0), (8, True, 2, 1)):
+        t = T.Fft1dQ(src=0, dst=0, outer=3, n_complex=n, inverse=inverse, norm_tag=norm, scale_tag=scale)
+        cases.append(example(f"Fft1dQ/n{n}_{'inv' if inverse else 'fwd'}_norm{norm}_scale{scale}", t,
+                             src=ints(-(1 << 20), 1 << 20, "i4"), dtype="i4", rtol=0.0))
     return cases
