@@ -23,7 +23,8 @@ from ..reference.scaled import FORMATS, Minifloat
 from ..registry import lowering
 from . import lowp_floats as lp
 from .context import EmitContext
-from .toolkit import F32, FASTMATH, I1, I32, I64, I8, carried_loop, const, is_nan, splat, vec, vec_like
+from .toolkit import (F32, FASTMATH, I1, I32, I64, I8, carried_loop, const, is_nan, splat, vec, vec_like,
+                      vector_registers)
 
 MR = 4   # rows of x sharing each decoded vector of weights
 NC = 2   # vectors of columns per tile (MR·NC accumulators: 8 of AVX2's 16 registers)
@@ -345,7 +346,7 @@ def folded_gemv(ctx: EmitContext, t: Dequant) -> "FoldedGemv | None":
     int8 = isinstance(t, T.DequantMatMul)
     if not (int8 or isinstance(t, T.DequantMatMulInt4) and t.n % 2 == 0) or t.m > MR or t.k == 0:
         return None
-    registers = 32 if ctx.lanes >= 16 else 16
+    registers = vector_registers(ctx.lanes)
     cols = max(2, min(PANEL, (registers - 4) // t.m) // 2 * 2)
     return FoldedGemv(int8_panel, lambda b, sums, width: sums, cols, ctx.lanes) if int8 else \
         FoldedGemv(int4_panel, in_column_order, cols, ctx.lanes)

@@ -31,7 +31,8 @@ from ..registry import lowering
 from ..thunks.quant import GGUF_BLOCKS
 from .context import EmitContext
 from .gemm import expert_of, expert_status
-from .toolkit import F16, F32, FASTMATH, I16, I32, I64, I8, PTR, carried_loop, const, fail_unless, splat, vec, width_of
+from .toolkit import (F16, F32, FASTMATH, I16, I32, I64, I8, PTR, carried_loop, const, fail_unless, splat, vec,
+                      vector_registers, width_of)
 
 MR = 4              # rows of x sharing one decoded chunk
 MAX_NR = 4          # weight rows decoded together at most (their chunks share each load of x)
@@ -511,7 +512,7 @@ def weight_rows(ctx: EmitContext, scheme: str, rows: int) -> int:
     hold beside one span of x chunks."""
     if rows > 1:
         return max(1, min(MAX_NR, ACCUMULATORS // rows))
-    registers = 32 if ctx.lanes >= 16 else 16
+    registers = vector_registers(ctx.lanes)
     chunks = SPAN.get(scheme, GROUP[scheme]) // chunk_width(ctx.lanes)
     return max(1, min(MAX_NR, (registers - chunks) // chunks))
 

@@ -42,7 +42,8 @@ from . import vecmath as vm
 from .context import EmitContext, ScratchRef, pointer
 from .conv import FLAT, Axis, _check_conv_geometry, split_index
 from .toolkit import (F32, I16, I32, I64, I8, Index, as_value, call_intrinsic, carried_loop, const, copy_bytes,
-                      entry_alloca, iadd, imul, scratch_ptr, sizeof, splat, splat_like, vec, vec_like, zero_bytes)
+                      entry_alloca, iadd, imul, scratch_ptr, sizeof, splat, splat_like, vec, vec_like, vector_registers,
+                      zero_bytes)
 
 I8_RANGE = (-128, 127)
 PAR_MACS = 1 << 16  # multiply-adds a thread should get before rows are split across threads
@@ -345,7 +346,7 @@ def tile(ctx: EmitContext, q: QGemm, row: ir.Value, rows: int, col: Index, keep:
 def tile_rows(lanes: int) -> int:
     """Rows of the register tile: half the vector registers (32 with AVX-512's 16 lanes, else 16)
     hold its accumulators, two per row."""
-    return (32 if lanes >= 16 else 16) // 2 // 2
+    return vector_registers(lanes) // 2 // 2
 
 
 def qgemm_rows(ctx: EmitContext, q: QGemm, start: Index, stop: Index) -> None:

@@ -39,7 +39,7 @@ from . import vecmath as vm
 from .blas_calls import FortranArgs
 from .context import ArenaRef, EmitContext, ScratchRef, pointer
 from .gemm import ACCUMULATORS, blas_gemm
-from .toolkit import F32, I64, PTR, carried_loop, copy_bytes, splat, splat_like, zero_bytes
+from .toolkit import F32, I64, PTR, carried_loop, copy_bytes, splat, splat_like, vector_registers, zero_bytes
 
 # step(b, zx, zh, h, c) → (h', c'): per gate, zx = x·W_ihᵀ + input-side bias and zh = h·W_hhᵀ (+ b_hh).
 Step = Callable[[ir.IRBuilder, list[ir.Value], list[ir.Value], ir.Value, ir.Value], tuple[ir.Value, ir.Value]]
@@ -103,7 +103,7 @@ def tile_shape(lanes: int, gates: int, hidden: int, batch: int) -> tuple[int, in
     budget = ACCUMULATORS.get(lanes, 12)
     widest = max(1, min(cdiv(hidden, lanes), budget // gates // (1 if batch == 1 else 2)))
     nv = min(range(1, widest + 1), key=lambda v: (cdiv(hidden, v * lanes) * v * lanes - hidden, -v))
-    registers = 32 if lanes >= 16 else 16  # live in the k loop: rows·G·nv sums, rows broadcasts, one weight
+    registers = vector_registers(lanes)  # live in the k loop: rows·G·nv sums, rows broadcasts, one weight
     return nv, max(1, min(batch, budget // (gates * nv), (registers - 1) // (gates * nv + 1)))
 
 

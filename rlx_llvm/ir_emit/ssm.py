@@ -24,7 +24,8 @@ from ..errors import ValidationError
 from ..registry import lowering
 from .context import EmitContext
 from .rows import SUM
-from .toolkit import F32, FASTMATH, I64, Index, carried_loop, const, copy_bytes, iadd, imul, splat, zero_bytes
+from .toolkit import (F32, FASTMATH, I64, Index, carried_loop, const, copy_bytes, iadd, imul, splat, vector_registers,
+                      zero_bytes)
 from .vecmath import exp
 
 MAX_STATE = 128       # n ≤ 128: a row of the state fits in registers, a DeltaNet state in L2
@@ -100,8 +101,8 @@ class Row(NamedTuple):
 
 def group_size(n: int, lanes: int) -> int:
     """Rows stepped together: up to 8 (neighbouring channels share the cache lines and pages of x, Δ, y),
-    with at most 16 state vectors between them."""
-    return max(1, min(8, 16 // max(1, len(strips(0, n, lanes)))))
+    with at most one register file's worth of state vectors between them (16 on AVX2, 32 with AVX-512)."""
+    return max(1, min(8, vector_registers(lanes) // max(1, len(strips(0, n, lanes)))))
 
 
 def diagonal_scan(ctx: EmitContext, t: "T.SelectiveScan | T.Mamba2", n: int,

@@ -123,6 +123,11 @@ def is_nan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.fcmp_unordered("uno", x, x)
 
 
+def vector_registers(lanes: int) -> int:
+    """Vector registers of the host whose f32 vectors have `lanes` lanes: 32 with AVX-512 (16 lanes), else 16."""
+    return 32 if lanes >= 16 else 16
+
+
 def sizeof(ty: ir.Type) -> int:
     """Bytes of one element of storage type `ty`."""
     if isinstance(ty, ir.IntType):
