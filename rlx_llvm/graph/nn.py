@@ -1,0 +1,45 @@
+"""Neural-network layers: layer_norm and rms_norm over the last axis."""
+from __future__ import annotations
+
+from .. import thunks as T
+from ..dtypes import DType
+from .core import GraphError, Node, Value, numel
+from .lower import LowerContext
+from .opset import infers, lowers
+
+
+class NNOps:
+    """Builders for normalization layers (mixed into `Graph`)."""
+
+    def layer_norm(self, x: Value, g: Value, b: Value, axis: int = -1, eps: float = 1e-5) -> Value:
+        """`(x − μ)/√(σ² + eps)·g + b` over the last axis."""
+        if axis not in (-1, x.ndim - 1):
+            raise GraphError(f"layer_norm: lowered over the last axis only, got axis {axis}")
+        return self.add_node("layer_norm", (x, g, b), {"eps": float(eps)})
+
+    def rms_norm(self, x: Value, g: Value, b: Value, eps: float = 1e-5) -> Value:
+        """`x/√(mean(x²) + eps)·g + b` over the last axis."""
+        return self.add_node("rms_norm", (x, g, b), {"eps": float(eps)})
+
+
+@infers("layer_norm", "rms_norm")
+def _infer_norm(ins: list[Node], attrs: dict) -> tuple:
+    x, g, b = ins
+    h = x.shape[-1] if x.shape else None
+    for name, p in (("gamma", g), ("beta", b)):
+        if p.shape != (h,):
+            raise GraphError(f"norm: {name} must have shape [{h}] (the last axis of {list(x.shape)}), got {list(p.shape)}")
+    if {x.dtype, g.dtype, b.dtype} != {DType.F32}:
+        raise GraphError("norm: lowered for f32 tensors")
+    return x.shape, x.dtype
+
+
+@lowers("layer_norm", "rms_norm")
+def lower_norm(ctx: LowerContext, node: Node) -> None:
+    """LayerNorm / RmsNorm over rows of the last axis."""
+    kind = T.LayerNorm if node.op == "layer_norm" else T.RmsNorm
+    ix, ig, ib = node.inputs
+    h = node.shape[-1]
+    rows = numel(node.shape) // h if h else 0
+    ctx.emit(lambda at: kind(src=at(ix), g=at(ig), b=at(ib), dst=at(node.id), rows=rows, h=h, eps=node.attrs["eps"]),
+             reads=[ix, ig, ib], writes=[node.id])

@@ -1,0 +1,220 @@
+"""Session.compile(graph) → CompiledGraph: specialize, fuse, lower, plan, JIT — once per input shape.
+
+    cg = rl.Session().compile(g)
+    cg.set_param("w", w)
+    y, = cg.run({"x": x})        # the first run at a new input shape compiles; later ones reuse it
+    print(cg.plan())             # each buffer's offset, size and live range
+    print(cg.report())           # which fusions fired, and the thunks' lowering paths
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import threading
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..arena import Arena
+from ..dtypes import DType
+from ..program import Program, compile as compile_schedule
+from ..schedule import ThunkSchedule
+from .core import DYNAMIC, GraphCore, GraphError, Shape, numel
+from .fuse import FusionLog, fuse
+from .lower import Lowered, lower
+from .plan import Plan, plan
+from .specialize import specialize
+
+_PRECISIONS = ("f32",)
+
+
+class Session:
+    """Compiles graphs for the CPU; `precision` is f32 (the only precision lowered)."""
+
+    def __init__(self, device: str = "cpu", precision: str = "f32", *, fusion: bool = True) -> None:
+        if device != "cpu":
+            raise GraphError(f"device {device!r} is not available: rlx_llvm runs on the CPU only")
+        if precision not in _PRECISIONS:
+            raise GraphError(f"precision {precision!r} is not supported (choose one of {', '.join(_PRECISIONS)})")
+        self.device = device
+        self.precision = precision
+        self.fusion = fusion
+
+    def compile(self, graph: GraphCore) -> "CompiledGraph":
+        """A runnable graph; a graph with only static inputs is compiled now, dynamic ones per shape."""
+        return CompiledGraph(graph, fusion=self.fusion)
+
+    def __repr__(self) -> str:
+        return f"Session(device={self.device!r}, precision={self.precision!r})"
+
+
+@dataclasses.dataclass
+class Specialization:
+    """One concrete-shape compile: the fused graph, its steps, plan, schedule, program and arena."""
+
+    graph: GraphCore
+    fusions: FusionLog
+    lowered: Lowered
+    plan: Plan
+    schedule: ThunkSchedule
+    program: Program
+    arena: Arena
+    params_written: set[str]
+
+
+class CompiledGraph:
+    """A graph ready to run: `set_param`, `run`; `schedule`, `plan()`, `report()` inspect it."""
+
+    def __init__(self, graph: GraphCore, *, fusion: bool = True) -> None:
+        if not graph.outputs:
+            raise GraphError(f"graph {graph.name!r} has no outputs: call set_outputs first")
+        self.graph = copy.copy(graph)
+        self.graph.nodes = list(graph.nodes)
+        self.graph.outputs = list(graph.outputs)
+        self.fusion = fusion
+        self._params: dict[str, np.ndarray] = {}
+        self._specs: dict[tuple[Shape, ...], Specialization] = {}
+        self._last: Specialization | None = None
+        self._lock = threading.Lock()
+        if all(DYNAMIC not in self.graph.nodes[i].shape for i in self.graph.inputs.values()):
+            self._specialization(self._static_shapes())
+
+    # ── parameters and runs ─────────────────────────────────────────────────
+
+    def set_param(self, name: str, value: "np.ndarray | Sequence") -> None:
+        """Set parameter `name` (converted to its declared dtype; the shape must match exactly)."""
+        if name not in self.graph.params:
+            known = ", ".join(sorted(self.graph.params)) or "none"
+            raise GraphError(f"set_param: graph {self.graph.name!r} has no param {name!r} (params: {known})")
+        node = self.graph.nodes[self.graph.params[name]]
+        arr = np.asarray(value)
+        if tuple(arr.shape) != node.shape:
+            raise GraphError(f"set_param {name!r}: shape {list(arr.shape)} does not match the declared "
+                             f"{list(node.shape)}")
+        self._params[name] = np.ascontiguousarray(arr, dtype=node.dtype.numpy)
+        for spec in self._specs.values():
+            spec.params_written.discard(name)
+
+    def run(self, feeds: Mapping[str, "np.ndarray"]) -> list[np.ndarray]:
+        """Run on `feeds` (name → array); returns the outputs as new arrays, in `set_outputs` order."""
+        arrays = self._check_feeds(feeds)
+        shapes = tuple(arrays[name].shape for name in self.graph.inputs)
+        with self._lock:
+            spec = self._specialization(shapes)
+            self._write_params(spec)
+            for name, view in spec.lowered.inputs.items():
+                spec.arena.write(spec.plan.at(view), arrays[name])
+            spec.program.run(spec.arena)
+            return [self._read(spec, view, node_id) for view, node_id in zip(spec.lowered.outputs, spec.graph.outputs)]
+
+    def _read(self, spec: Specialization, view, node_id: int) -> np.ndarray:
+        node = spec.graph.nodes[node_id]
+        return spec.arena.read(spec.plan.at(view), node.dtype.numpy, node.shape).copy()
+
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        missing = [n for n in self.graph.inputs if n not in feeds]
+        if missing:
+            raise GraphError(f"run: missing input(s) {', '.join(map(repr, missing))} of graph {self.graph.name!r}")
+        extra = [n for n in feeds if n not in self.graph.inputs]
+        if extra:
+            raise GraphError(f"run: {', '.join(map(repr, extra))} is not an input of graph {self.graph.name!r} "
+                             f"(inputs: {', '.join(self.graph.inputs)})")
+        out = {}
+        for name, i in self.graph.inputs.items():
+            node = self.graph.nodes[i]
+            arr = np.asarray(feeds[name])
+            if arr.dtype != node.dtype.numpy and not (arr.dtype.kind == node.dtype.numpy.kind == "f"
+                                                      and np.can_cast(arr.dtype, node.dtype.numpy)):
+                raise GraphError(f"run: input {name!r} has dtype {arr.dtype}, the graph declares "
+                                 f"{node.dtype.value}")
+            if arr.ndim != len(node.shape) or any(d != DYNAMIC and d != a for d, a in zip(node.shape, arr.shape)):
+                raise GraphError(f"run: input {name!r} has shape {list(arr.shape)}, the graph declares "
+                                 f"{list(node.shape)} (−1 = any)")
+            out[name] = np.ascontiguousarray(arr, dtype=node.dtype.numpy)
+        return out
+
+    def _write_params(self, spec: Specialization) -> None:
+        for name, view in spec.lowered.params.items():
+            if name in spec.params_written:
+                continue
+            if name not in self._params:
+                raise GraphError(f"run: param {name!r} of graph {self.graph.name!r} was never set (set_param)")
+            spec.arena.write(spec.plan.at(view), self._params[name])
+            spec.params_written.add(name)
+
+    # ── specialization ──────────────────────────────────────────────────────
+
+    def _static_shapes(self) -> tuple[Shape, ...]:
+        return tuple(self.graph.nodes[i].shape for i in self.graph.inputs.values())
+
+    def _specialization(self, shapes: tuple[Shape, ...]) -> Specialization:
+        spec = self._specs.get(shapes)
+        if spec is None:
+            spec = self._specs[shapes] = self._build(shapes)
+        self._last = spec
+        return spec
+
+    def _build(self, shapes: tuple[Shape, ...]) -> Specialization:
+        concrete = specialize(self.graph, dict(zip(self.graph.inputs, shapes)))
+        fused, log = fuse(concrete) if self.fusion else (concrete, FusionLog())
+        lowered = lower(fused)
+        placed = plan(lowered)
+        schedule = ThunkSchedule([s.build(lambda v, _p=placed, _l=lowered: _offset(_p, _l, v)) for s in lowered.steps],
+                                 arena_bytes=placed.arena_bytes)
+        program = compile_schedule(schedule)
+        arena = Arena(placed.arena_bytes)
+        for b in placed.buffers:
+            if b.data is not None:
+                arena.write(placed.offsets[b.id], b.data)
+        return Specialization(fused, log, lowered, placed, schedule, program, arena, set())
+
+    # ── inspection ──────────────────────────────────────────────────────────
+
+    def _current(self) -> Specialization:
+        if self._last is None:
+            raise GraphError(f"graph {self.graph.name!r} has dynamic inputs and has not run yet: nothing compiled")
+        return self._last
+
+    @property
+    def schedule(self) -> ThunkSchedule:
+        """The thunk schedule of the last specialization compiled or run."""
+        return self._current().schedule
+
+    @property
+    def program(self) -> Program:
+        """The JIT-compiled program of the last specialization."""
+        return self._current().program
+
+    @property
+    def fused_graph(self) -> GraphCore:
+        """The graph after specialization and fusion (what was lowered)."""
+        return self._current().graph
+
+    def plan(self) -> Plan:
+        """The arena plan: each buffer's offset, size and live range (`print(cg.plan().table())`)."""
+        return self._current().plan
+
+    def report(self) -> str:
+        """Fusions that fired, then one line per thunk: the node it came from and its lowering path."""
+        spec = self._current()
+        rows = spec.program.report().rows
+        lines = [f"graph @{self.graph.name}: {len(spec.graph.nodes)} nodes after fusion → "
+                 f"{len(spec.schedule.thunks)} thunks, arena {spec.plan.arena_bytes} B", str(spec.fusions)]
+        for step, row in zip(spec.lowered.steps, rows):
+            lines.append(f"  t{row.index:<4} {row.kind:<22} {row.path:<8} ← %{step.node} {step.op}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"CompiledGraph(@{self.graph.name}, inputs={list(self.graph.inputs)}, "
+                f"params={list(self.graph.params)}, specializations={len(self._specs)})")
+
+
+def _offset(p: Plan, lowered: Lowered, v) -> int:
+    from .lower import Buffer, View
+    if isinstance(v, int) and v in lowered.views:
+        return p.at(lowered.views[v])
+    if isinstance(v, View):
+        return p.at(v)
+    if isinstance(v, Buffer):
+        return p.offsets[v.id]
+    raise GraphError(f"internal: a step asked for the offset of {v!r}, not a view")
