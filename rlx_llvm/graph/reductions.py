@@ -112,7 +112,8 @@ def lower_softmax(ctx: LowerContext, node: Node) -> None:
     """Copy into the output, then the in-place Softmax over `[rows, cols, inner]`."""
     x = ctx.node(node.inputs[0])
     axis = node.attrs["axis"]
-    rows, cols, inner = numel(x.shape[:axis]), x.shape[axis], numel(x.shape[axis + 1:])
+    cols, inner = x.shape[axis], numel(x.shape[axis + 1:])
+    rows = numel(x.shape[:axis]) * inner          # Softmax counts rows as outer·inner
     copy_into(ctx, node.inputs[0], node.id, numel(x.shape) * 4)
     ctx.emit(lambda at: T.Softmax(data=at(node.id), rows=rows, cols=cols, inner=inner),
              reads=[node.id], writes=[node.id])

@@ -164,14 +164,20 @@ def _infer_gather(ins: list[Node], attrs: dict) -> tuple:
 
 @lowers("gather")
 def lower_gather(ctx: LowerContext, node: Node) -> None:
-    """Gather (axis 0) or GatherAxis."""
+    """Gather (axis 0) or GatherAxis, on i64 ids (i32 ids are widened first); ids ≥ the axis are RLX's
+    "row skipped", negative ids read row 0."""
     it, ii = node.inputs
     table, idx = ctx.node(it), ctx.node(ii)
     axis = node.attrs["axis"] % len(table.shape)
     outer, trailing, num = numel(table.shape[:axis]), numel(table.shape[axis + 1:]), numel(idx.shape)
-    i64, tb = int(idx.dtype == DType.I64), table.dtype.itemsize
+    tb = table.dtype.itemsize
+    if idx.dtype == DType.I32:   # the thunks read i64 (or f32) ids
+        wide = ctx.scratch(num * 8, "ids as i64")
+        ctx.emit(lambda at, src=ii: T.CastI32ToI64(src=at(src), dst=at(wide), len=num), reads=[ii], writes=[wide])
+        ii = wide
+    i64 = 1
     if axis == 0:
-        ctx.emit(lambda at: T.Gather(table=at(it), table_len=table.shape[0], idx=at(ii), dst=at(node.id),
+        ctx.emit(lambda at: T.Gather(table=at(it), table_len=numel(table.shape), idx=at(ii), dst=at(node.id),
                                      num_idx=num, trailing=trailing, idx_i64=i64, table_bytes=tb),
                  reads=[it, ii], writes=[node.id])
     else:
