@@ -12,7 +12,7 @@ from ..ops import Input, Step
 from .core import GraphCore, Node
 from .elementwise import ELEMENTWISE, REGION_DTYPES, chain_of
 from ..dtypes import DType
-from ..ops import Activation
+from ..ops import Activation, BinaryOp, MaskKind
 
 MAX_REGION_INPUTS = 16
 MAX_REGION_STEPS = 32
@@ -159,8 +159,169 @@ def _with_operands(step, operands: list):
     return dataclasses.replace(step, **dict(zip(names, operands)))
 
 
+# ── pattern passes ─────────────────────────────────────────────────────────
+
+
+class Match:
+    """Walks a candidate pattern backwards from its root; `ok` turns False at the first mismatch."""
+
+    def __init__(self, graph: GraphCore, count: dict[int, int]) -> None:
+        self.g, self.count, self.ok, self.inner = graph, count, True, set()
+
+    def node(self, id: int, kind: str, private: bool = True, **attrs) -> Node | None:
+        """Node `id` if it is op `kind` with `attrs` (and, when `private`, read only inside the pattern)."""
+        n = self.g.nodes[id]
+        if not self.ok or n.op != kind or any(n.attrs.get(k) != v for k, v in attrs.items()) \
+                or (private and (self.count[id] != 1 or id in self.g.outputs)):
+            self.ok = False
+            return None
+        self.inner.add(id)
+        return n
+
+    def add(self, id: int, private: bool = True) -> tuple[int, int] | None:
+        """The operands of a binary add."""
+        n = self.node(id, "binary", private, op=BinaryOp.Add)
+        return n.inputs if n else None
+
+    def bias_of(self, id: int, private: bool = True) -> tuple[int, int] | None:
+        """`(matmul node, bias)` of `matmul(·) + bias` with a 1-D bias of the output's last dim."""
+        pair = self.add(id, private)
+        if not pair:
+            return None
+        for mm, b in (pair, pair[::-1]):
+            m, bias = self.g.nodes[mm], self.g.nodes[b]
+            if m.op == "matmul" and self.count[mm] == 1 and mm not in self.g.outputs \
+                    and bias.shape == m.shape[-1:] and len(self.g.nodes[m.inputs[1]].shape) == 2:
+                self.inner.add(mm)
+                return mm, b
+        self.ok = False
+        return None
+
+
+def _residual(m: Match, id: int, res: int) -> int | None:
+    """The non-residual operand of the private add `id` whose other operand is `res`."""
+    pair = m.add(id)
+    if pair and res in pair:
+        return pair[1] if pair[0] == res else pair[0]
+    m.ok = False
+    return None
+
+
+def match_bert_layer(g: GraphCore, root: Node, count: dict[int, int]) -> dict | None:
+    """The post-LN BERT layer ending at layer_norm `root` (FusedBertLayer's math), or None."""
+    if root.op != "layer_norm":
+        return None
+    r2, g2, b2 = root.inputs
+    # r2 = (gelu(n1 @ W1 + c1) @ W2 + c2) + n1; n1 = layer_norm((attn @ Wo + co) + x)
+    for n1_id in g.nodes[r2].inputs if g.nodes[r2].op == "binary" else ():
+        n1 = g.nodes[n1_id]
+        if n1.op != "layer_norm":
+            continue
+        m = Match(g, count)
+        fc2 = _residual(m, r2, n1_id)
+        fc2_mm, c2 = (m.bias_of(fc2) if m.ok else None) or (None, None)
+        gelu = m.node(g.nodes[fc2_mm].inputs[0], "activation", act=Activation.Gelu) if m.ok else None
+        fc1_mm, c1 = (m.bias_of(gelu.inputs[0]) if gelu else None) or (None, None)
+        if not m.ok or g.nodes[fc1_mm].inputs[0] != n1_id:
+            continue
+        r1, g1, b1 = n1.inputs
+        m.inner.add(n1_id)
+        pair = m.add(r1)
+        if not pair:
+            continue
+        for proj, x in (pair, pair[::-1]):
+            sub = Match(g, count)
+            sub.inner = set(m.inner)
+            out_mm, co = sub.bias_of(proj) or (None, None)
+            attn = sub.node(g.nodes[out_mm].inputs[0], "attention", mask_kind=MaskKind.Custom) if sub.ok else None
+            if attn is None or len(attn.inputs) != 4:
+                continue
+            qkv = [sub.node(i, "narrow", private=True) for i in attn.inputs[:3]]
+            if not sub.ok or len({q.inputs[0] for q in qkv}) != 1:
+                continue
+            hs = g.nodes[x].shape[-1]
+            if [(q.attrs["axis"] % 3, q.attrs["start"], q.attrs["length"]) for q in qkv] != \
+                    [(2, 0, hs), (2, hs, hs), (2, 2 * hs, hs)]:
+                continue
+            qkv_mm, cqkv = sub.bias_of(qkv[0].inputs[0], private=False) or (None, None)
+            if not sub.ok or g.nodes[qkv_mm].inputs[0] != x or count[qkv[0].inputs[0]] != 3:
+                continue
+            nh, dh = attn.attrs["heads"], attn.attrs["head_dim"]
+            if nh * dh != hs or abs(attn.attrs["scale"] - dh ** -0.5) > 1e-7 * dh ** -0.5:
+                continue
+            w = lambda mm: g.nodes[mm].inputs[1]  # noqa: E731
+            inputs = (x, w(qkv_mm), cqkv, w(out_mm), co, attn.inputs[3], g1, b1, w(fc1_mm), c1, w(fc2_mm), c2, g2, b2)
+            return {"inputs": inputs, "attrs": {"eps1": n1.attrs["eps"], "eps2": root.attrs["eps"], "heads": nh,
+                                                "head_dim": dh, "int_dim": g.nodes[w(fc1_mm)].shape[1]},
+                    "inner": sub.inner | {qkv[0].inputs[0], r2, r1}}
+    return None
+
+
+def fuse_bert_layers(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """Post-LN BERT layers (QKV matmul, narrows, attention, projection, residual LN, GELU FFN, residual LN)
+    → one `fused_bert_layer` node each (FusedBertLayer)."""
+    count = users(graph)
+    found = {}
+    for node in graph.nodes:
+        hit = match_bert_layer(graph, node, count)
+        if hit and not (hit["inner"] & set().union(*[h["inner"] for h in found.values()]) if found else False):
+            found[node.id] = hit
+    if not found:
+        return graph
+    dead = set().union(*[h["inner"] for h in found.values()])
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.id in found:
+            hit = found[node.id]
+            rw.keep(node, op="fused_bert_layer", inputs=hit["inputs"], attrs=hit["attrs"])
+            log.add("bert_layer", f"%{node.id}: {len(hit['inner']) + 1} nodes → FusedBertLayer")
+        elif node.id not in dead:
+            rw.keep(node)
+    return rw.finish()
+
+
+FUSABLE_ACTS = {Activation.Gelu, Activation.GeluApprox, Activation.Relu, Activation.Silu, Activation.Sigmoid,
+                Activation.Tanh}
+
+
+def fuse_matmul_bias_act(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """`act(x @ W + b)` (W 2-D, b its last dim, act optional) → one `fused_matmul_bias_act` node."""
+    count = users(graph)
+    found: dict[int, tuple] = {}
+    dead: set[int] = set()
+    for node in graph.nodes:
+        m = Match(graph, count)
+        act, add = None, node.id
+        if node.op == "activation" and node.attrs["act"] in FUSABLE_ACTS and node.dtype == DType.F32:
+            act, add = node.attrs["act"], node.inputs[0]
+            if graph.nodes[add].op != "binary" or count[add] != 1 or add in graph.outputs:
+                continue
+        elif node.op != "binary":
+            continue
+        hit = m.bias_of(add) if (act is None or m.node(add, "binary", op=BinaryOp.Add)) else None
+        if not m.ok or not hit or (m.inner & dead) or node.id in dead:
+            continue
+        mm, bias = hit
+        if act is None and any(graph.nodes[u].op == "activation" and graph.nodes[u].attrs["act"] in FUSABLE_ACTS
+                               and add in graph.nodes[u].inputs for u in range(node.id + 1, len(graph.nodes))):
+            continue   # its activation will take the whole chain
+        found[node.id] = (graph.nodes[mm].inputs[0], graph.nodes[mm].inputs[1], bias, act)
+        dead |= m.inner - {node.id}
+    if not found:
+        return graph
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.id in found:
+            x, w, b, act = found[node.id]
+            rw.keep(node, op="fused_matmul_bias_act", inputs=(x, w, b), attrs={"act": act})
+            log.add("matmul_bias_act", f"%{node.id}: matmul + bias{' + ' + act.name if act else ''} → FusedMmBiasAct")
+        elif node.id not in dead:
+            rw.keep(node)
+    return rw.finish()
+
+
 Pass = Callable[[GraphCore, FusionLog], GraphCore]
-PASSES: list[Pass] = [fuse_regions]
+PASSES: list[Pass] = [fuse_bert_layers, fuse_matmul_bias_act, fuse_regions]
 
 
 def fuse(graph: GraphCore) -> tuple[GraphCore, FusionLog]:

@@ -43,3 +43,21 @@ def lower_norm(ctx: LowerContext, node: Node) -> None:
     rows = numel(node.shape) // h if h else 0
     ctx.emit(lambda at: kind(src=at(ix), g=at(ig), b=at(ib), dst=at(node.id), rows=rows, h=h, eps=node.attrs["eps"]),
              reads=[ix, ig, ib], writes=[node.id])
+
+
+@infers("fused_bert_layer")
+def _infer_bert_layer(ins: list[Node], attrs: dict) -> tuple:
+    return ins[0].shape, ins[0].dtype
+
+
+@lowers("fused_bert_layer")
+def lower_bert_layer(ctx: LowerContext, node: Node) -> None:
+    """One FusedBertLayer (made by the `bert_layer` fusion pass)."""
+    names = ("hidden", "qkv_w", "qkv_b", "out_w", "out_b", "mask", "ln1_g", "ln1_b", "fc1_w", "fc1_b", "fc2_w",
+             "fc2_b", "ln2_g", "ln2_b")
+    b, s, hs = node.shape
+    a = node.attrs
+    ctx.emit(lambda at: T.FusedBertLayer(**{f: at(i) for f, i in zip(names, node.inputs)}, out=at(node.id),
+                                         eps1=a["eps1"], eps2=a["eps2"], batch=b, seq=s, hs=hs, nh=a["heads"],
+                                         dh=a["head_dim"], int_dim=a["int_dim"]),
+             reads=list(node.inputs), writes=[node.id])

@@ -26,6 +26,17 @@ class Plan:
     arena_bytes: int
     lower_bound: int
     intermediate_bytes: int
+    pinned_bytes: int
+
+    @property
+    def activation_bytes(self) -> int:
+        """Arena bytes past the pinned params and constants: what planning decides."""
+        return self.arena_bytes - self.pinned_bytes
+
+    @property
+    def activation_lower_bound(self) -> int:
+        """The peak of simultaneously live non-pinned bytes."""
+        return self.lower_bound - self.pinned_bytes
 
     def at(self, v: View) -> int:
         """Arena offset of a view."""
@@ -33,8 +44,10 @@ class Plan:
 
     def table(self) -> str:
         """One line per buffer: offset, bytes, kind, live range, label."""
-        lines = [f"arena {self.arena_bytes} B · lower bound {self.lower_bound} B "
-                 f"({self.arena_bytes / max(self.lower_bound, 1):.3f}×) · intermediates {self.intermediate_bytes} B"]
+        lines = [f"arena {self.arena_bytes} B = {self.pinned_bytes} B pinned (params, constants) + "
+                 f"{self.activation_bytes} B planned; planned/peak-live = {self.activation_bytes} / "
+                 f"{self.activation_lower_bound} B ({self.activation_bytes / max(self.activation_lower_bound, 1):.3f}×), "
+                 f"lower bound {self.lower_bound} B; intermediates unshared {self.intermediate_bytes} B"]
         for b in sorted(self.buffers, key=lambda b: (self.offsets[b.id], b.id)):
             live = "all runs" if b.pinned else f"[{b.first}, {b.last}]"
             lines.append(f"  {self.offsets[b.id]:>10}  {b.nbytes:>10} B  {b.kind:<7} {live:<12} {b.label}")
@@ -72,8 +85,8 @@ def plan(lowered: Lowered) -> Plan:
         offsets[b.id] = base + _best_fit(b, placed, offsets, base)
         placed.append(b)
     arena = max([top] + [offsets[b.id] + _aligned(b.nbytes) for b in placed])
-    return Plan(used, offsets, max(arena, ALIGN), _peak(used), sum(_aligned(b.nbytes) for b in used
-                                                                   if b.kind in ("temp", "scratch")))
+    inter = sum(_aligned(b.nbytes) for b in used if b.kind in ("temp", "scratch"))
+    return Plan(used, offsets, max(arena, ALIGN), _peak(used), inter, base)
 
 
 def _overlaps(a: Buffer, b: Buffer) -> bool:

@@ -20,7 +20,8 @@ class ShapeOps:
     """Builders for shape and data-movement ops (mixed into `Graph`)."""
 
     def reshape(self, x: Value, new_shape: Sequence[int]) -> Value:
-        """The same elements in `new_shape` (one −1 is inferred); free — a view of the same bytes."""
+        """The same elements in `new_shape` — one −1 is inferred, a 0 copies the input's dim there (ONNX's rule) —
+        free: a view of the same bytes."""
         return self.add_node("reshape", (x,), {"shape": tuple(int(d) for d in new_shape)})
 
     def transpose(self, x: Value, perm: Sequence[int]) -> Value:
@@ -49,6 +50,9 @@ def _infer_reshape(ins: list[Node], attrs: dict) -> tuple:
     x, shape = ins[0], list(attrs["shape"])
     if shape.count(-1) > 1 or any(d < -1 for d in shape):
         raise GraphError(f"reshape: new shape {shape} may hold one −1 and no other negative dim")
+    if any(d == 0 and i >= len(x.shape) for i, d in enumerate(shape)):
+        raise GraphError(f"reshape: a 0 in {shape} copies the input's dim, but {list(x.shape)} has no such axis")
+    shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
     if DYNAMIC in x.shape:
         return tuple(shape), x.dtype
     total = numel(x.shape)
