@@ -19,7 +19,8 @@ def _aligned(n: int) -> int:
 
 @dataclasses.dataclass
 class Plan:
-    """Where each buffer sits; `arena_bytes`, `lower_bound` and `intermediate_bytes` are the figures."""
+    """Where each buffer sits; `arena_bytes`, `lower_bound` and `intermediate_bytes` (the sum of every
+    non-pinned buffer — inputs, temporaries, scratch, outputs — i.e. the arena with no sharing) are the figures."""
 
     buffers: list[Buffer]
     offsets: dict[int, int]
@@ -85,7 +86,7 @@ def plan(lowered: Lowered) -> Plan:
         offsets[b.id] = base + _best_fit(b, placed, offsets, base)
         placed.append(b)
     arena = max([top] + [offsets[b.id] + _aligned(b.nbytes) for b in placed])
-    inter = sum(_aligned(b.nbytes) for b in used if b.kind in ("temp", "scratch"))
+    inter = sum(_aligned(b.nbytes) for b in used if not b.pinned)
     return Plan(used, offsets, max(arena, ALIGN), _peak(used), inter, base)
 
 
