@@ -283,3 +283,43 @@ def copy_into(ctx: LowerContext, src, dst, nbytes: int) -> None:
     if nbytes % 4:
         raise GraphError(f"internal: copy of {nbytes} bytes is not whole 4-byte words")
     ctx.emit(lambda at: T.Copy(src=at(src), dst=at(dst), len=nbytes // 4), reads=[src], writes=[dst])
+
+
+@infers("bias_add")
+def _infer_bias_add(ins: list[Node], attrs: dict) -> tuple:
+    return ins[0].shape, ins[0].dtype
+
+
+@lowers("bias_add")
+def lower_bias_add(ctx: LowerContext, node: Node) -> None:
+    """BiasAdd over `[rows, n]` (made by the bias_add pass)."""
+    ix, ib = node.inputs
+    n = node.shape[-1]
+    m = numel(node.shape) // n if n else 0
+    ctx.emit(lambda at: T.BiasAdd(src=at(ix), bias=at(ib), dst=at(node.id), m=m, n=n), reads=[ix, ib],
+             writes=[node.id])
+
+
+@infers("sgd_momentum")
+def _infer_sgd(ins: list[Node], attrs: dict) -> tuple:
+    return ins[0].shape, ins[0].dtype
+
+
+@infers("sgd_velocity")
+def _infer_velocity(ins: list[Node], attrs: dict) -> tuple:
+    raise GraphError("sgd_velocity is made by the sgd_momentum pass with its shape")
+
+
+@lowers("sgd_velocity")
+def lower_velocity(ctx: LowerContext, node: Node) -> None:
+    """Nothing: the sgd_momentum step that reads this node writes it."""
+
+
+@lowers("sgd_momentum")
+def lower_sgd(ctx: LowerContext, node: Node) -> None:
+    """One SgdMomentum writing p' (this node) and v' (its `sgd_velocity` input)."""
+    ip, iv, ig, v_new = node.inputs
+    total = numel(node.shape)
+    ctx.emit(lambda at: T.SgdMomentum(param=at(ip), vel=at(iv), grad=at(ig), p_out=at(node.id), v_out=at(v_new),
+                                      lr=node.attrs["lr"], mom=node.attrs["mom"], len=total),
+             reads=[ip, iv, ig], writes=[node.id, v_new])

@@ -298,7 +298,7 @@ def fuse_matmul_bias_act(graph: GraphCore, log: FusionLog) -> GraphCore:
                 continue
         elif node.op != "binary":
             continue
-        hit = m.bias_of(add) if (act is None or m.node(add, "binary", op=BinaryOp.Add)) else None
+        hit = m.bias_of(add, private=act is not None)
         if not m.ok or not hit or (m.inner & dead) or node.id in dead:
             continue
         mm, bias = hit
@@ -320,8 +320,129 @@ def fuse_matmul_bias_act(graph: GraphCore, log: FusionLog) -> GraphCore:
     return rw.finish()
 
 
+def _swaps_last_two(node: Node) -> bool:
+    perm = node.attrs.get("perm", ())
+    return node.op == "transpose" and len(perm) >= 2 and \
+        tuple(perm) == (*range(len(perm) - 2), len(perm) - 1, len(perm) - 2)
+
+
+def fuse_transposed_matmul(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """`matmul(a, transpose(b))` (last two axes swapped, 2-D) → `matmul_t` (SgemmT reads b as stored);
+    likewise a transposed 2-D `a`."""
+    count = users(graph)
+    found: dict[int, tuple] = {}
+    dead: set[int] = set()
+    for node in graph.nodes:
+        if node.op != "matmul":
+            continue
+        a, b = (graph.nodes[i] for i in node.inputs)
+        flags, inputs = [], list(node.inputs)
+        for k, (x, rank_ok) in enumerate(((a, len(a.shape) == 2), (b, len(b.shape) == 2))):
+            private = count[x.id] == 1 and x.id not in graph.outputs and x.id not in dead
+            take = _swaps_last_two(x) and rank_ok and private
+            flags.append(take)
+            if take:
+                inputs[k] = x.inputs[0]
+        if any(flags) and len(graph.nodes[node.inputs[1]].shape) == 2:
+            found[node.id] = (tuple(inputs), {"ta": flags[0], "tb": flags[1]})
+            dead |= {x.id for x, f in zip((a, b), flags) if f}
+    if not found:
+        return graph
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.id in found:
+            inputs, attrs = found[node.id]
+            rw.keep(node, op="matmul_t", inputs=inputs, attrs=attrs)
+            log.add("matmul_t", f"%{node.id}: matmul of a transposed operand → SgemmT "
+                                f"(ta={attrs['ta']}, tb={attrs['tb']})")
+        elif node.id not in dead:
+            rw.keep(node)
+    return rw.finish()
+
+
+def _scalar_constant(graph: GraphCore, id: int) -> float | None:
+    n = graph.nodes[id]
+    return float(n.attrs["data"].reshape(-1)[0]) if n.op == "constant" and n.attrs["data"].size == 1 else None
+
+
+def _binary_pair(graph: GraphCore, id: int, op: BinaryOp) -> tuple[int, int] | None:
+    n = graph.nodes[id]
+    return n.inputs if n.op == "binary" and n.attrs["op"] is op and n.dtype == DType.F32 else None
+
+
+def _scaled(graph: GraphCore, id: int) -> tuple[float, int] | None:
+    """`(c, x)` when node `id` is `c · x` with `c` a scalar constant (either order)."""
+    pair = _binary_pair(graph, id, BinaryOp.Mul)
+    for c, x in (pair, pair[::-1]) if pair else ():
+        if _scalar_constant(graph, c) is not None and graph.nodes[x].shape == graph.nodes[id].shape:
+            return _scalar_constant(graph, c), x
+    return None
+
+
+def fuse_sgd_momentum(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """`v' = mom·v + g; p' = p − lr·v'` (lr, mom scalar constants; v' read only there or as an output)
+    → `sgd_momentum` writing p' and v' in one SgdMomentum."""
+    count = users(graph)
+    found: dict[int, dict] = {}
+    for node in graph.nodes:
+        pair = _binary_pair(graph, node.id, BinaryOp.Sub)
+        step = _scaled(graph, pair[1]) if pair else None
+        if not step or count[pair[1]] != 1 or pair[1] in graph.outputs:
+            continue
+        lr, v_new = step
+        velocity = _binary_pair(graph, v_new, BinaryOp.Add)
+        for mv, g in (velocity, velocity[::-1]) if velocity else ():
+            inner = _scaled(graph, mv)
+            readers = count[v_new] - (v_new in graph.outputs)
+            if inner and count[mv] == 1 and mv not in graph.outputs and readers == 1 and \
+                    len({graph.nodes[i].shape for i in (pair[0], inner[1], g, node.id)}) == 1:
+                found[node.id] = {"inputs": (pair[0], inner[1], g, v_new), "lr": lr, "mom": inner[0],
+                                  "dead": {pair[1], mv}, "velocity": v_new}
+                break
+    if not found:
+        return graph
+    dead = set().union(*[f["dead"] for f in found.values()])
+    velocities = {f["velocity"]: f for f in found.values()}
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.id in velocities:
+            rw.keep(node, op="sgd_velocity", inputs=(), attrs={})
+        elif node.id in found:
+            f = found[node.id]
+            rw.keep(node, op="sgd_momentum", inputs=f["inputs"], attrs={"lr": f["lr"], "mom": f["mom"]})
+            log.add("sgd_momentum", f"%{node.id}: p − lr·(mom·v + g) → SgdMomentum (lr={f['lr']}, mom={f['mom']})")
+        elif node.id not in dead:
+            rw.keep(node)
+    return rw.finish()
+
+
+def fuse_bias_add(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """A lone `x + b` with `b` the last dim of `x` (what no region took) → `bias_add` (BiasAdd)."""
+    hits = []
+    for node in graph.nodes:
+        pair = _binary_pair(graph, node.id, BinaryOp.Add)
+        if pair and node.shape and len(node.shape) >= 2:
+            x, b = (graph.nodes[i] for i in pair)
+            for x, b in ((x, b), (b, x)):
+                if x.shape == node.shape and b.shape == node.shape[-1:] and x.dtype == b.dtype == DType.F32:
+                    hits.append((node.id, (x.id, b.id)))
+                    break
+    if not hits:
+        return graph
+    found = dict(hits)
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.id in found:
+            rw.keep(node, op="bias_add", inputs=found[node.id], attrs={})
+            log.add("bias_add", f"%{node.id}: trailing-shape bias add → BiasAdd")
+        else:
+            rw.keep(node)
+    return rw.finish()
+
+
 Pass = Callable[[GraphCore, FusionLog], GraphCore]
-PASSES: list[Pass] = [fuse_bert_layers, fuse_matmul_bias_act, fuse_regions]
+PASSES: list[Pass] = [fuse_bert_layers, fuse_matmul_bias_act, fuse_transposed_matmul, fuse_sgd_momentum,
+                      fuse_regions, fuse_bias_add]
 
 
 def fuse(graph: GraphCore) -> tuple[GraphCore, FusionLog]:

@@ -90,3 +90,22 @@ def lower_fused_matmul(ctx: LowerContext, node: Node) -> None:
     act = node.attrs["act"]
     ctx.emit(lambda at: T.FusedMmBiasAct(a=at(ix), w=at(iw), bias=at(ib), c=at(node.id), m=m, k=k, n=n, act=act),
              reads=[ix, iw, ib], writes=[node.id])
+
+
+@infers("matmul_t")
+def _infer_matmul_t(ins: list[Node], attrs: dict) -> tuple:
+    a, b = ins
+    ka, m = (a.shape[-2], a.shape[-1]) if attrs["ta"] else (a.shape[-1], a.shape[-2])
+    n, kb = (b.shape[0], b.shape[1]) if attrs["tb"] else (b.shape[1], b.shape[0])
+    return (*a.shape[:-2], m, n), DType.F32
+
+
+@lowers("matmul_t")
+def lower_matmul_t(ctx: LowerContext, node: Node) -> None:
+    """SgemmT: `a` stored `[k, m]` when `ta`, `b` stored `[n, k]` when `tb` (made by the matmul_t pass)."""
+    ia, ib = node.inputs
+    a = ctx.node(ia)
+    k = a.shape[-2] if node.attrs["ta"] else a.shape[-1]
+    m, n = numel(node.shape[:-1]), node.shape[-1]
+    ctx.emit(lambda at: T.SgemmT(a=at(ia), b=at(ib), c=at(node.id), m=m, k=k, n=n, ta=node.attrs["ta"],
+                                 tb=node.attrs["tb"]), reads=[ia, ib], writes=[node.id])

@@ -263,3 +263,59 @@ def test_graph_listing_and_shape_of():
     text = repr(g)
     assert text.startswith("graph @show (2 nodes, 1 outputs)") and "← output" in text and '"x"' in text
     assert len(g) == 2 and json.dumps(g.shape_of(int(y.id)))
+
+
+# ── the pattern passes ──────────────────────────────────────────────────────
+
+def kinds_of(cg) -> list[str]:
+    return [type(t).__name__ for t in cg.schedule.thunks]
+
+
+def test_matmul_of_a_transpose_reads_it_in_place():
+    g = rl.Graph("mt")
+    a, b, c = g.input("a", [3, 5]), g.input("b", [4, 5]), g.input("c", [5, 3])
+    g.set_outputs([a @ b.T, c.T @ b.T, g.transpose(c, [1, 0]) @ c])
+    cg = rl.Session().compile(g)
+    assert kinds_of(cg) == ["SgemmT"] * 3 and cg.report().count("matmul_t:") == 3
+    v = {"a": f32(3, 5), "b": f32(4, 5), "c": f32(5, 3)}
+    want = [v["a"] @ v["b"].T, v["c"].T @ v["b"].T, v["c"].T @ v["c"]]
+    for got, w in zip(cg.run(v), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_bias_act_and_bias_add():
+    g = rl.Graph("mba")
+    x, w, b = g.input("x", [2, 3, 8]), g.input("w", [8, 6]), g.input("b", [6])
+    y = g.input("y", [5, 6])
+    g.set_outputs([g.silu(x @ w + b), x @ w + b, y + b])
+    cg = rl.Session().compile(g)
+    assert kinds_of(cg) == ["FusedMmBiasAct", "FusedMmBiasAct", "BiasAdd"], kinds_of(cg)
+    v = {"x": f32(2, 3, 8), "w": f32(8, 6), "b": f32(6), "y": f32(5, 6)}
+    z = v["x"].astype(np.float64) @ v["w"] + v["b"]
+    for got, want in zip(cg.run(v), [z / (1 + np.exp(-z)), z, v["y"] + v["b"]]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_sgd_chain_becomes_sgd_momentum():
+    g = rl.Graph("sgd")
+    p, v, grad = (g.input(n, [37]) for n in ("p", "v", "g"))
+    v_new = v * 0.9 + grad
+    p_new = p - 0.01 * v_new
+    g.set_outputs([p_new, v_new])
+    cg = rl.Session().compile(g)
+    assert kinds_of(cg) == ["SgdMomentum"] and "sgd_momentum:" in cg.report()
+    vals = {"p": f32(37), "v": f32(37), "g": f32(37)}
+    pn, vn = cg.run(vals)
+    want_v = np.float32(0.9) * vals["v"] + vals["g"]
+    np.testing.assert_allclose(vn, want_v, rtol=1e-6)
+    np.testing.assert_allclose(pn, vals["p"] - np.float32(0.01) * want_v, rtol=1e-6, atol=1e-7)
+
+
+def test_fusion_off_gives_the_same_numbers():
+    g = rl.Graph("off")
+    x, w, b = g.input("x", [4, 8]), g.input("w", [8, 8]), g.input("b", [8])
+    g.set_outputs([g.softmax(g.relu(x @ w.T + b) * 2.0 + 1.0)])
+    v = {"x": f32(4, 8), "w": f32(8, 8), "b": f32(8)}
+    fused, plain = rl.Session().compile(g), rl.Session(fusion=False).compile(g)
+    np.testing.assert_allclose(fused.run(v)[0], plain.run(v)[0], rtol=1e-5, atol=1e-6)
+    assert len(fused.schedule.thunks) < len(plain.schedule.thunks)
