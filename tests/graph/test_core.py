@@ -319,3 +319,16 @@ def test_fusion_off_gives_the_same_numbers():
     fused, plain = rl.Session().compile(g), rl.Session(fusion=False).compile(g)
     np.testing.assert_allclose(fused.run(v)[0], plain.run(v)[0], rtol=1e-5, atol=1e-6)
     assert len(fused.schedule.thunks) < len(plain.schedule.thunks)
+
+
+def test_cli_inspects_a_graph_schedule(tmp_path, capsys):
+    from rlx_llvm.cli import main
+    g = rl.Graph("cli")
+    x = g.input("x", [4, 8])
+    g.set_outputs([g.softmax(g.relu(x) * 3.0)])
+    path = tmp_path / "graph.json"
+    path.write_text(rl.Session().compile(g).schedule.to_json())
+    assert main(["report", str(path)]) == 0
+    assert "ElementwiseRegion" in capsys.readouterr().out
+    assert main(["ir", str(path), "--thunk", "0"]) == 0
+    assert '@"t0_elementwise_region"' in capsys.readouterr().out
