@@ -15,8 +15,11 @@ registered in `opset`), `plan` (arena by liveness), then `rl.compile` of the res
 """
 from __future__ import annotations
 
+from .attention import AttentionOps
+from .conv import ConvOps
 from .core import DYNAMIC, GraphCore, GraphError, Node, Value
 from .elementwise import ElementwiseOps
+from .extra import ExtraOps
 from .linalg import LinalgOps
 from .nn import NNOps
 from .reductions import ReductionOps
@@ -24,7 +27,7 @@ from .shape import ShapeOps
 from .session import CompiledGraph, Session
 
 
-class Graph(ElementwiseOps, LinalgOps, ShapeOps, ReductionOps, NNOps, GraphCore):
+class Graph(ConvOps, AttentionOps, ExtraOps, ElementwiseOps, LinalgOps, ShapeOps, ReductionOps, NNOps, GraphCore):
     """A model under construction: sources (`input`, `param`, `constant`), ops, `set_outputs`."""
 
 
