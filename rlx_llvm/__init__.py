@@ -18,14 +18,14 @@ from .ops import (Activation, AttentionBwdWrt, BinaryOp, ChainOperand, ChainStep
                   QuantScheme, ReduceOp, RngBackend, RngOptions, ScaledFormat, ScaleLayout, ScaleMode,
                   ScatterNdReduction, SteKind)
 from .kernels.threads import get_num_threads, set_num_threads
-from .graph import CompiledGraph, Graph, GraphError, Session, Value
+from .graph import CompiledGraph, Graph, GraphError, Session, Value, grad
 from .program import Program, compile
 from .schedule import ThunkSchedule
 
 __version__ = "0.1.0"
 
 __all__ = ["Arena", "Program", "ThunkSchedule", "compile", "coverage", "thunks", "ops",
-           "Graph", "Session", "CompiledGraph", "Value", "GraphError",
+           "Graph", "Session", "CompiledGraph", "Value", "GraphError", "grad",
            "set_num_threads", "get_num_threads", "register_custom_op", "unregister_custom_op", "registered_custom_ops",
            "RlxError", "ValidationError", "UnsupportedThunkError", "ExecutionError",
            "DType", "LaneKind", "HalfKind", "Activation", "AttentionBwdWrt", "BinaryOp", "ChainOperand",

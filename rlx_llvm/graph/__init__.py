@@ -16,19 +16,21 @@ registered in `opset`), `plan` (arena by liveness), then `rl.compile` of the res
 from __future__ import annotations
 
 from .attention import AttentionOps
+from .autodiff import grad
 from .conv import ConvOps
 from .core import DYNAMIC, GraphCore, GraphError, Node, Value
 from .elementwise import ElementwiseOps
 from .extra import ExtraOps
 from .linalg import LinalgOps
+from .losses import LossOps
 from .nn import NNOps
 from .reductions import ReductionOps
 from .shape import ShapeOps
 from .session import CompiledGraph, Session
 
 
-class Graph(ConvOps, AttentionOps, ExtraOps, ElementwiseOps, LinalgOps, ShapeOps, ReductionOps, NNOps, GraphCore):
+class Graph(ConvOps, AttentionOps, ExtraOps, ElementwiseOps, LinalgOps, ShapeOps, ReductionOps, NNOps, LossOps, GraphCore):
     """A model under construction: sources (`input`, `param`, `constant`), ops, `set_outputs`."""
 
 
-__all__ = ["Graph", "Value", "Node", "Session", "CompiledGraph", "GraphError", "DYNAMIC"]
+__all__ = ["Graph", "Value", "Node", "Session", "CompiledGraph", "GraphError", "DYNAMIC", "grad"]
