@@ -1,5 +1,5 @@
 """Ops with one thunk each beyond the dense basics: LoRA matmul, dense solves, FFT, sampling, cumsum along
-any axis, argmax/argmin and top-k indices.
+any axis, argmax/argmin, top-k indices, and `custom_fn` (a sub-graph run as one CustomFn thunk).
 
     y = g.lora_matmul(x, w, a, b, scale=0.5)       # x @ w + 0.5·(x @ a) @ b
     s = g.dense_solve(A, B)                        # A⁻¹·B; leading dims of A and B are a batch
@@ -8,12 +8,19 @@ any axis, argmax/argmin and top-k indices.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from .. import thunks as T
 from ..dtypes import DType
+from ..schedule import ThunkSchedule
 from .conv import require_f32, require_rank, same_dim, shapes_agree
-from .core import DYNAMIC, GraphError, Node, Value, numel, parse_dtype
-from .lower import LowerContext
+from .core import DYNAMIC, GraphCore, GraphError, Node, Value, is_static, numel, parse_dtype
+from .fuse import fuse
+from .lower import LowerContext, lower
 from .opset import infers, lowers
+from .plan import plan
+from .session import _offset
+from .specialize import specialize
 from .shape import _axis
 
 FFT_NORMS = {"backward": 0, "none": 0, "forward": 1, "ortho": 2, "orthonormal": 2}
@@ -80,6 +87,11 @@ class ExtraOps:
     def topk(self, x: Value, k: int) -> Value:
         """i64 indices `[..., k]` of the k largest along the last axis, largest first (ties: smaller index)."""
         return self.add_node("topk", (x,), {"k": int(k)})
+
+    def custom_fn(self, inputs: Sequence[Value], fwd_body: GraphCore) -> Value:
+        """Graph `fwd_body` run as one CustomFn thunk on `inputs` (its inputs in order; static shapes, constants but
+        no params, one output).  Only the forward body: pyrlx's vjp/jvp bodies are not supported."""
+        return self.add_node("custom_fn", tuple(inputs), {"body": fwd_body})
 
     def _arg_reduce(self, x: Value, axis: int, keep_dim: bool, is_max: bool) -> Value:
         op = "argmax" if is_max else "argmin"
@@ -239,3 +251,49 @@ def lower_topk(ctx: LowerContext, node: Node) -> None:
     width = ctx.node(ix).shape[-1]
     ctx.emit(lambda at: T.TopK(src=at(ix), dst=at(node.id), outer=numel(node.shape[:-1]), axis_dim=width,
                                k=node.attrs["k"], indices_i64=1), reads=[ix], writes=[node.id])
+
+
+@infers("custom_fn")
+def _infer_custom_fn(ins: list[Node], attrs: dict) -> tuple:
+    body = attrs["body"]
+    if not isinstance(body, GraphCore):
+        raise GraphError(f"custom_fn: the body must be a Graph, got {type(body).__name__}")
+    if body.params or len(body.outputs) != 1 or len(body.inputs) != len(ins):
+        raise GraphError(f"custom_fn: body {body.name!r} has {len(body.inputs)} input(s), {len(body.params)} param(s) "
+                         f"and {len(body.outputs)} output(s); it needs {len(ins)} input(s), no params, one output")
+    for (name, i), n in zip(body.inputs.items(), ins):
+        b = body.nodes[i]
+        if not is_static(b.shape) or not shapes_agree(n.shape, b.shape) or n.dtype != b.dtype:
+            raise GraphError(f"custom_fn: body input {name!r} is {list(b.shape)} {b.dtype.value} (static), "
+                             f"given {list(n.shape)} {n.dtype.value}")
+    out = body.nodes[body.outputs[0]]
+    return out.shape, out.dtype
+
+
+def body_program(body: GraphCore) -> tuple[ThunkSchedule, bytes, dict[str, int], int]:
+    """The body compiled like any graph: schedule, arena image (constants), input offsets, output offset."""
+    graph, _ = fuse(specialize(body, {name: body.nodes[i].shape for name, i in body.inputs.items()}))
+    lowered = lower(graph)
+    placed = plan(lowered)
+    schedule = ThunkSchedule([s.build(lambda v: _offset(placed, lowered, v)) for s in lowered.steps],
+                             arena_bytes=placed.arena_bytes)
+    image = bytearray(placed.arena_bytes)
+    for b in placed.buffers:
+        if b.data is not None:
+            at = placed.offsets[b.id]
+            image[at:at + b.nbytes] = b.data.tobytes()
+    inputs = {name: placed.at(v) for name, v in lowered.inputs.items()}
+    return schedule, bytes(image), inputs, placed.at(lowered.outputs[0])
+
+
+@lowers("custom_fn")
+def lower_custom_fn(ctx: LowerContext, node: Node) -> None:
+    """One CustomFn: copy each used input into the body arena, run the body's schedule, copy the output back."""
+    schedule, image, body_inputs, body_out = body_program(node.attrs["body"])
+    names = list(node.attrs["body"].inputs)
+    used = [(body_inputs[name], i, numel(ctx.node(i).shape) * ctx.node(i).dtype.itemsize)
+            for name, i in zip(names, node.inputs) if name in body_inputs]
+    ctx.emit(lambda at: T.CustomFn(body=schedule, body_init=image, inputs=tuple((b, at(i), n) for b, i, n in used),
+                                   body_output_off=body_out, outer_output_off=at(node.id),
+                                   out_bytes=numel(node.shape) * node.dtype.itemsize),
+             reads=list(node.inputs), writes=[node.id])

@@ -220,7 +220,15 @@ EXTRA_INPUTS = {
     "A": well_conditioned(n=4), "Bm": f32(4, 3), "bv": f32(4), "AA": well_conditioned(2, n=4), "BB": f32(2, 4, 2),
     "z8": (f32(3, 8) + 1j * f32(3, 8)).astype(np.complex64), "z12": (f32(2, 12) + 1j * f32(2, 12)).astype(np.complex64),
     "blk": f32(2, 20), "blk64": RNG.standard_normal((2, 14)),
-    "logits": f32(4, 10), "c": f32(3, 4, 5)}
+    "logits": f32(4, 10), "c": f32(3, 4, 5), "u": f32(6)}
+
+
+def custom_body() -> rl.Graph:
+    """tanh(a·b) + [0, 1, …, 5]: a sub-graph with a constant, for custom_fn."""
+    body = rl.Graph("body")
+    a, b = body.input("a", [3, 2, 6]), body.input("b", [6])
+    body.set_outputs([body.tanh(a * b) + body.constant(np.arange(6, dtype=np.float32))])
+    return body
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +252,8 @@ def extra_run():
           cum_last=g.cumsum(v["c"], -1),
           argmax=g.argmax(v["c"], 1),
           argmin=g.argmin(v["c"], 0, keep_dim=True),
-          topk=g.topk(v["logits"], 3))
+          topk=g.topk(v["logits"], 3),
+          custom=g.custom_fn([v["x"] * 2.0, v["u"]], custom_body()) - 1.0)
     return compiled(g, EXTRA_INPUTS)
 
 
@@ -286,7 +295,8 @@ def extra_expected(i):
         "cum_last": np.cumsum(c, -1),
         "argmax": np.argmax(c, 1),
         "argmin": np.argmin(c, 0)[None],
-        "topk": np.argsort(-i["logits"], 1, kind="stable")[:, :3]}
+        "topk": np.argsort(-i["logits"], 1, kind="stable")[:, :3],
+        "custom": np.tanh(2 * x64["x"] * x64["u"]) + np.arange(6) - 1}
 
 
 EXACT = {"greedy": np.int32, "sampled": np.int32, "sampled_f32": np.float32, "argmax": np.int64,
@@ -308,7 +318,7 @@ def test_extra_ops_match_numpy(extra_run, name):
 def test_extra_ops_lower_to_their_thunks(extra_run):
     _, kinds = extra_run
     assert {"LoraMatMul", "DenseSolveF32", "BatchedDenseSolveF32", "Fft1d", "Sample", "Cumsum", "ArgReduce",
-            "TopK"} <= kinds
+            "TopK", "CustomFn"} <= kinds
 
 
 def test_fft_round_trips():
@@ -359,6 +369,8 @@ BAD = {  # case: (build, op named, detail named)
     "cumsum axis": (lambda g: g.cumsum(*ins(g, [2, 8]), 2), "cumsum", "axis 2"),
     "argmax axis": (lambda g: g.argmax(*ins(g, [2, 8]), -3), "argmax", "axis -3"),
     "topk k": (lambda g: g.topk(*ins(g, [2, 8]), 9), "topk", "[2, 8]"),
+    "custom_fn shape": (lambda g: g.custom_fn(ins(g, [3, 2, 5], [6]), custom_body()), "custom_fn", "[3, 2, 5]"),
+    "custom_fn arity": (lambda g: g.custom_fn(ins(g, [3, 2, 6]), custom_body()), "custom_fn", "has 2 input(s)"),
 }
 
 
