@@ -16,7 +16,7 @@ Attention thunk (`scale = 1/√head_dim`, no soft-cap, K/V heads = heads).
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
@@ -24,11 +24,11 @@ from .. import thunks as T
 from ..ops import AttentionBwdWrt
 from ..reference.attention_backward import effective_mask, score_scale
 from ..registry import lowering
-from .attention import (BLOCK_BYTES, PARALLEL_MIN_FLOPS, _masks, _scratch_at, _softmax_row, _tiles,
-                        _transpose_keys)
+from .attention import BLOCK_BYTES, PARALLEL_MIN_FLOPS, _masks, _scratch_at, _softmax_row, _transpose_keys
 from .context import EmitContext
 from .rows import SUM, reduce_row
-from .toolkit import F32, FASTMATH, I64, const, iadd, imul, splat
+from .toolkit import (F32, FASTMATH, I1, I8, I64, as_value, carried_loop, const, iadd, imul, load_lanes, splat,
+                      store_lanes, suffix, vector_registers)
 
 GRADS = ("dq", "dk", "dv")
 
@@ -133,33 +133,113 @@ class _Unit:
         ctx, t, a, outs, step = self.ctx, self.t, self.a, self.outs, self.step
         b = ctx.b
         kv, hd, scale = t.kv_seq, t.head_dim, a.scale
-        pp = _scratch_at(ctx, self.p)
         qrow = iadd(b, self.q0, imul(b, i0, step))
-        _tiles(ctx, rows, kv, hd, ctx.addr(t.q, qrow, 4), step, 1, _scratch_at(ctx, self.kt), kv, pp, kv, scale)
+        q, dy = Mat(ctx.addr(t.q, qrow, 4), step), Mat(ctx.addr(t.dy, qrow, 4), step)
+        p = Mat(_scratch_at(ctx, self.p), kv)
+        gemm(ctx, rows, kv, hd, q, Mat(_scratch_at(ctx, self.kt), kv), p, scale)
         with ctx.for_range(0, rows, name="prow") as r:
-            row = ctx.addr(0, imul(b, r, kv), 4, base=pp)
+            row = p.at(b, r, 0)
             _masks(ctx, a, row, self.bi, self.u, iadd(b, i0, r))
             rinv = _softmax_row(ctx, kv, row)
             ctx.vector_loop(kv, lambda j, w: ctx.store(0, b.fmul(ctx.load(0, F32, j, w, base=row), splat(b, rinv, w),
                                                                  flags=FASTMATH), j, base=row), name="norm")
-        dy = ctx.addr(t.dy, qrow, 4)
         if "dv" in outs:
-            _tiles(ctx, kv, hd, rows, pp, 1, kv, dy, step, ctx.addr(outs["dv"], self.k0, 4), step, 1.0, beta=1.0)
+            gemm(ctx, kv, hd, rows, p.T, dy, Mat(ctx.addr(outs["dv"], self.k0, 4), step), 1.0, beta=1.0)
         if self.ds is None:
             return
-        dsp = _scratch_at(ctx, self.ds)
-        _tiles(ctx, rows, kv, hd, dy, step, 1, _scratch_at(ctx, self.vt), kv, dsp, kv, 1.0)
+        ds = Mat(_scratch_at(ctx, self.ds), kv)
+        gemm(ctx, rows, kv, hd, dy, Mat(_scratch_at(ctx, self.vt), kv), ds, 1.0)
         with ctx.for_range(0, rows, name="dsrow") as r:
-            prow = ctx.addr(0, imul(b, r, kv), 4, base=pp)
-            drow = ctx.addr(0, imul(b, r, kv), 4, base=dsp)
+            prow, drow = p.at(b, r, 0), ds.at(b, r, 0)
             pj = lambda j, w: ctx.load(0, F32, j, w, base=prow)
             dj = lambda j, w: ctx.load(0, F32, j, w, base=drow)
             (dot,) = reduce_row(ctx, kv, lambda j, w: (b.fmul(pj(j, w), dj(j, w), flags=FASTMATH),), [SUM])
             ctx.vector_loop(kv, lambda j, w: ctx.store(0, b.fmul(pj(j, w), b.fsub(dj(j, w), splat(b, dot, w)),
                                                                  flags=FASTMATH), j, base=drow), name="ds")
         if "dk" in outs:
-            _tiles(ctx, kv, hd, rows, dsp, 1, kv, ctx.addr(t.q, qrow, 4), step, ctx.addr(outs["dk"], self.k0, 4),
-                   step, scale, beta=1.0)
+            gemm(ctx, kv, hd, rows, ds.T, q, Mat(ctx.addr(outs["dk"], self.k0, 4), step), scale, beta=1.0)
         if "dq" in outs:
-            _tiles(ctx, rows, hd, kv, dsp, kv, 1, ctx.addr(t.k, self.k0, 4), step, ctx.addr(outs["dq"], qrow, 4),
-                   step, scale)
+            gemm(ctx, rows, hd, kv, ds, Mat(ctx.addr(t.k, self.k0, 4), step), Mat(ctx.addr(outs["dq"], qrow, 4), step),
+                 scale)
+
+
+# ── register-tile GEMM with compile-time strides ────────────────────────────
+
+@dataclass(frozen=True)
+class Mat:
+    """A strided f32 matrix: element (i, j) at `ptr + 4·(i·row + j·col)`."""
+
+    ptr: ir.Value
+    row: int
+    col: int = 1
+
+    @property
+    def T(self) -> "Mat":
+        """The transpose (the same elements, strides swapped)."""
+        return Mat(self.ptr, self.col, self.row)
+
+    def at(self, b: ir.IRBuilder, i, j) -> ir.Value:
+        """Pointer to element (i, j)."""
+        return b.gep(self.ptr, [as_value(iadd(b, imul(b, i, 4 * self.row), imul(b, j, 4 * self.col)))],
+                     source_etype=I8, inbounds=True)
+
+
+def tile_shape(lanes: int) -> tuple[int, int]:
+    """(rows, vectors) of C held in registers: two vectors wide, as many rows as the register file
+    holds beside the two B vectors and a broadcast (6 × 2 with AVX2's 16, 14 × 2 with AVX-512's 32)."""
+    nv = 2
+    return (vector_registers(lanes) - nv - 2) // nv, nv
+
+
+def gemm(ctx: EmitContext, m: int, n: int, k: int, a: Mat, bm: Mat, c: Mat, alpha: float, beta: float = 0.0) -> None:
+    """`C[m, n] = α·A·B (+ C when β = 1)`: column panels of `NV·W`, each swept by row tiles of MR whose
+    MR × NV accumulators stay in registers across k (B and C rows contiguous)."""
+    w = ctx.lanes
+    mr, nv = tile_shape(w)
+    pw = nv * w
+    b = ctx.b
+
+    def panel(col, width: int) -> None:
+        full, rest = m // mr, m % mr
+        if full:
+            with ctx.for_range(0, full, name="mtile") as t:
+                _tile(ctx, imul(b, t, mr), col, mr, width, k, a, bm, c, alpha, beta)
+        if rest:
+            _tile(ctx, I64(full * mr), col, rest, width, k, a, bm, c, alpha, beta)
+    if n // pw:
+        with ctx.for_range(0, n // pw, name="npanel") as j:
+            panel(imul(b, j, pw), pw)
+    if n % pw:
+        panel(I64(n - n % pw), n % pw)
+
+
+def _tile(ctx: EmitContext, row0, col, rows: int, width: int, k, a: Mat, bm: Mat, c: Mat, alpha: float,
+          beta: float) -> None:
+    """C[row0 : row0+rows, col : col+width] from the k loop's register accumulators."""
+    b = ctx.b
+    w = ctx.lanes
+    nv = -(-width // w)
+    vty = ir.VectorType(F32, w)
+    tail = width - (nv - 1) * w
+    mask = None if tail == w else ir.Constant(ir.VectorType(I1, w), [ir.Constant(I1, int(i < tail)) for i in range(w)])
+    fma = ctx.intrinsic(f"llvm.fma.{suffix(vty)}", vty, [vty, vty, vty])
+
+    def vload(p, v):
+        return load_lanes(ctx, 0, F32, 0, w, mask if v == nv - 1 else None, base=p)
+
+    def step(p, acc):
+        bv = [vload(bm.at(b, p, iadd(b, col, v * w)), v) for v in range(nv)]
+        out = []
+        for r in range(rows):
+            x = splat(b, b.load(a.at(b, iadd(b, row0, r), p), typ=F32), w)
+            out += [b.call(fma, [x, bv[v], acc[r * nv + v]]) for v in range(nv)]
+        return out
+    acc = carried_loop(ctx, 0, k, 1, [ir.Constant(vty, None)] * (rows * nv), step, name="kstep")
+    va = splat(b, ir.Constant(F32, alpha), w)
+    for r in range(rows):
+        for v in range(nv):
+            at = c.at(b, iadd(b, row0, r), iadd(b, col, v * w))
+            x = b.fmul(acc[r * nv + v], va, flags=FASTMATH) if alpha != 1.0 else acc[r * nv + v]
+            if beta:
+                x = b.fadd(x, vload(at, v), flags=FASTMATH)
+            store_lanes(ctx, 0, x, 0, mask if v == nv - 1 else None, base=at)
