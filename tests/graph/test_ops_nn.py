@@ -332,6 +332,31 @@ def test_fft_round_trips():
     np.testing.assert_allclose(got["fwd"], zv, rtol=1e-4, atol=1e-4)
 
 
+# ── dynamic dims: inferred as −1 at build time, specialized per fed shape ──────
+
+@pytest.fixture(scope="module")
+def dynamic_graph():
+    g = rl.Graph("dynamic")
+    x, q = g.input("x", [-1, 2, -1, -1]), g.input("q", [-1, -1, 16])
+    w = g.param("w", [3, 2, 3, 3])
+    conv, attn = g.max_pool2d(g.conv2d(x, w, stride=2, padding=1), 2), g.attention_kind(q, q, q, 2, 8, "causal")
+    assert conv.shape == (-1, 3, -1, -1) and attn.shape == (-1, -1, 16)
+    named(g, conv=conv, attn=attn, cum=g.cumsum(q, 1))
+    cg = rl.Session().compile(g)
+    cg.set_param("w", CONV_PARAMS["w_grp"][:3])
+    return cg
+
+
+@pytest.mark.parametrize("batch, size, seq", [(1, 9, 3), (3, 12, 10)])
+def test_dynamic_dims_specialize_per_shape(dynamic_graph, batch, size, seq):
+    x, q = f32(batch, 2, size, size), f32(batch, seq, 16)
+    conv, attn, cum = dynamic_graph.run({"x": x, "q": q})
+    np.testing.assert_allclose(conv, pool_ref(conv_ref(x, CONV_PARAMS["w_grp"][:3], (2, 2), (1, 1)), (2, 2), (2, 2),
+                                              (0, 0), "max"), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(attn, attention_ref(q, q, q, 2, 8, kind="causal"), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(cum, np.cumsum(q.astype(np.float64), 1), rtol=1e-4, atol=1e-4)
+
+
 # ── bad inputs: GraphError at build time, naming the op and the shapes ────────
 
 def ins(g: rl.Graph, *shapes, dtype="f32"):
