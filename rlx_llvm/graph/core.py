@@ -183,6 +183,7 @@ class GraphCore:
         self.inputs: dict[str, int] = {}
         self.params: dict[str, int] = {}
         self.outputs: list[int] = []
+        self.param_values: dict[str, np.ndarray] = {}
 
     # ── sources ─────────────────────────────────────────────────────────────
 
@@ -193,14 +194,21 @@ class GraphCore:
         self.inputs[name] = v.id
         return v
 
-    def param(self, name: str, shape: Iterable[int], dtype: "DType | str" = "f32") -> Value:
-        """A named parameter set once with `CompiledGraph.set_param` (static shape)."""
+    def param(self, name: str, shape: Iterable[int], dtype: "DType | str" = "f32",
+              value: "np.ndarray | None" = None) -> Value:
+        """A named parameter (static shape) set with `CompiledGraph.set_param`; `value`, if given, is its
+        default (importers carry their weights this way)."""
         self._new_name(name, "param")
         dims = parse_shape(shape, f"param {name!r}")
         if not is_static(dims):
             raise GraphError(f"param {name!r}: a parameter's shape must be static, got {list(dims)}")
         v = self._source("param", name, dims, parse_dtype(dtype, f"param {name!r}"))
         self.params[name] = v.id
+        if value is not None:
+            arr = np.asarray(value)
+            if arr.shape != dims:
+                raise GraphError(f"param {name!r}: value of shape {list(arr.shape)} for declared {list(dims)}")
+            self.param_values[name] = np.ascontiguousarray(arr, dtype=v.dtype.numpy)
         return v
 
     def constant(self, value: "np.ndarray | float | int | Sequence", dtype: "DType | str | None" = None) -> Value:

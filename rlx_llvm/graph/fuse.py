@@ -72,6 +72,7 @@ class Rewriter:
         g.inputs = {k: self.map[v] for k, v in self.old.inputs.items() if v in self.map}
         g.params = {k: self.map[v] for k, v in self.old.params.items() if v in self.map}
         g.outputs = [self.map[o] for o in self.old.outputs]
+        g.param_values = self.old.param_values
         return g
 
 

@@ -72,7 +72,7 @@ class CompiledGraph:
         self.graph.nodes = list(graph.nodes)
         self.graph.outputs = list(graph.outputs)
         self.fusion = fusion
-        self._params: dict[str, np.ndarray] = {}
+        self._params: dict[str, np.ndarray] = dict(graph.param_values)
         self._specs: dict[tuple[Shape, ...], Specialization] = {}
         self._last: Specialization | None = None
         self._lock = threading.Lock()

@@ -12,6 +12,7 @@ def specialize(graph: GraphCore, shapes: dict[str, Shape]) -> GraphCore:
     out = type(graph).__new__(type(graph))
     GraphCore.__init__(out, graph.name)
     out.inputs, out.params, out.outputs = dict(graph.inputs), dict(graph.params), list(graph.outputs)
+    out.param_values = graph.param_values
     for n in graph.nodes:
         if n.op == "input":
             shape, dtype = tuple(shapes[n.name]), n.dtype
