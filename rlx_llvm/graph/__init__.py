@@ -21,6 +21,7 @@ from .conv import ConvOps
 from .core import DYNAMIC, GraphCore, GraphError, Node, Value
 from .elementwise import ElementwiseOps
 from .extra import ExtraOps
+from .fft import FftOps
 from .linalg import LinalgOps
 from .losses import LossOps
 from .nn import NNOps
@@ -29,7 +30,8 @@ from .shape import ShapeOps
 from .session import CompiledGraph, Session
 
 
-class Graph(ConvOps, AttentionOps, ExtraOps, ElementwiseOps, LinalgOps, ShapeOps, ReductionOps, NNOps, LossOps, GraphCore):
+class Graph(ConvOps, AttentionOps, ExtraOps, FftOps, ElementwiseOps, LinalgOps, ShapeOps, ReductionOps, NNOps, LossOps,
+            GraphCore):
     """A model under construction: sources (`input`, `param`, `constant`), ops, `set_outputs`."""
 
 

@@ -1,9 +1,8 @@
-"""Ops with one thunk each beyond the dense basics: LoRA matmul, dense solves, FFT, sampling, cumsum along
-any axis, argmax/argmin, top-k indices, and `custom_fn` (a sub-graph run as one CustomFn thunk).
+"""Ops with one thunk each beyond the dense basics: LoRA matmul, dense solves, sampling, cumsum along any
+axis, argmax/argmin, top-k indices, and `custom_fn` (a sub-graph run as one CustomFn thunk).
 
     y = g.lora_matmul(x, w, a, b, scale=0.5)       # x @ w + 0.5·(x @ a) @ b
     s = g.dense_solve(A, B)                        # A⁻¹·B; leading dims of A and B are a batch
-    X = g.fft(z)                                   # c64 [..., n], or f32/f64 real-block [..., 2n]
     t = g.sample(logits, top_k=40, top_p=0.9, temperature=0.8, seed=1)   # i32 token ids
 """
 from __future__ import annotations
@@ -23,13 +22,11 @@ from .session import _offset
 from .specialize import specialize
 from .shape import _axis
 
-FFT_NORMS = {"backward": 0, "none": 0, "forward": 1, "ortho": 2, "orthonormal": 2}
-FFT_DTYPES = (DType.C64, DType.F32, DType.F64)
 INDEX_DTYPES = (DType.I32, DType.I64, DType.F32)
 
 
 class ExtraOps:
-    """Builders for LoRA, solves, FFT, sampling, cumsum, arg-reductions and top-k (mixed into `Graph`)."""
+    """Builders for LoRA, solves, sampling, cumsum, arg-reductions and top-k (mixed into `Graph`)."""
 
     def lora_matmul(self, x: Value, w: Value, a: Value, b: Value, scale: float = 1.0) -> Value:
         """`x @ w + scale·(x @ a) @ b` with `w [k, n]`, `a [k, r]`, `b [r, n]`; x's leading axes are rows."""
@@ -44,19 +41,6 @@ class ExtraOps:
         if a.ndim < 3:
             raise GraphError(f"batched_dense_solve: A must be [batch, n, n], got {list(a.shape)}")
         return self.dense_solve(a, b)
-
-    def fft(self, x: Value, inverse: bool = False, norm: str = "backward") -> Value:
-        """FFT along the last axis: c64 `[..., n]`, or f32/f64 `[..., 2n]` rows `[re… im…]` (real-block).
-
-        `norm` as pyrlx (semantics.md §2.16): "backward"/"none" scales neither way (ifft(fft(x)) = n·x),
-        "forward" scales the inverse by 1/n (NumPy's default pair), "ortho" both by 1/√n."""
-        if str(norm).lower() not in FFT_NORMS:
-            raise GraphError(f"fft: unknown norm {norm!r} (use backward, forward or ortho)")
-        return self.add_node("fft", (x,), {"inverse": bool(inverse), "norm": str(norm).lower()})
-
-    def fft_norm(self, x: Value, inverse: bool, norm: str) -> Value:
-        """pyrlx's name for `fft(x, inverse, norm)`."""
-        return self.fft(x, inverse, norm)
 
     def sample(self, logits: Value, top_k: int = 0, top_p: float = 1.0, temperature: float = 1.0, seed: int = 0,
                dtype: "DType | str" = "i32") -> Value:
@@ -149,29 +133,6 @@ def lower_solve(ctx: LowerContext, node: Node) -> None:
         return
     ctx.emit(lambda at: T.BatchedDenseSolveF32(a=at(ia), b=at(ib), x=at(node.id), batch=batch, n=n, nrhs=nrhs),
              reads=[ia, ib], writes=[node.id])
-
-
-@infers("fft")
-def _infer_fft(ins: list[Node], attrs: dict) -> tuple:
-    x, = ins
-    if x.dtype not in FFT_DTYPES:
-        raise GraphError(f"fft: input must be c64 [..., n] or f32/f64 real-block [..., 2n], got {x.dtype.value}")
-    if not x.shape:
-        raise GraphError("fft: input must have at least one axis, got a scalar")
-    if x.dtype != DType.C64 and x.shape[-1] != DYNAMIC and x.shape[-1] % 2:
-        raise GraphError(f"fft: real-block rows [re… im…] need an even last axis, got {list(x.shape)}")
-    return x.shape, x.dtype
-
-
-@lowers("fft")
-def lower_fft(ctx: LowerContext, node: Node) -> None:
-    """One Fft1d over every row of the last axis."""
-    ix, = node.inputs
-    points = node.shape[-1] if node.dtype == DType.C64 else node.shape[-1] // 2
-    outer = numel(node.shape[:-1])
-    ctx.emit(lambda at: T.Fft1d(src=at(ix), dst=at(node.id), outer=outer, n_complex=points,
-                                inverse=node.attrs["inverse"], norm_tag=FFT_NORMS[node.attrs["norm"]],
-                                dtype=node.dtype), reads=[ix], writes=[node.id])
 
 
 @infers("sample")

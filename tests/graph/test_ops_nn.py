@@ -218,8 +218,6 @@ def well_conditioned(*batch, n):
 EXTRA_INPUTS = {
     "x": f32(3, 2, 6), "w": f32(6, 5), "la": f32(6, 2), "lb": f32(2, 5),
     "A": well_conditioned(n=4), "Bm": f32(4, 3), "bv": f32(4), "AA": well_conditioned(2, n=4), "BB": f32(2, 4, 2),
-    "z8": (f32(3, 8) + 1j * f32(3, 8)).astype(np.complex64), "z12": (f32(2, 12) + 1j * f32(2, 12)).astype(np.complex64),
-    "blk": f32(2, 20), "blk64": RNG.standard_normal((2, 14)),
     "logits": f32(4, 10), "c": f32(3, 4, 5), "u": f32(6)}
 
 
@@ -240,10 +238,6 @@ def extra_run():
           solve=g.dense_solve(v["A"], v["Bm"]),
           solve_vec=g.dense_solve(v["A"], v["bv"]),
           solve_batch=g.batched_dense_solve(v["AA"], v["BB"]),
-          fft=g.fft(v["z8"]),
-          ifft_ortho=g.fft(v["z12"], inverse=True, norm="ortho"),
-          fft_block=g.fft(v["blk"], norm="forward"),
-          ifft_block64=g.fft_norm(v["blk64"], True, "backward"),
           greedy=g.sample(v["logits"], top_k=1, seed=3),
           sampled=g.sample(v["logits"], top_k=4, top_p=0.8, temperature=0.7, seed=11),
           sampled_f32=g.sample(v["logits"], temperature=1.5, seed=0, dtype="f32"),
@@ -257,16 +251,6 @@ def extra_run():
     return compiled(g, EXTRA_INPUTS)
 
 
-def block(z):
-    """complex rows → real-block rows [re… im…]."""
-    return np.concatenate([z.real, z.imag], -1)
-
-
-def from_block(x):
-    n = x.shape[-1] // 2
-    return x[..., :n].astype(np.float64) + 1j * x[..., n:]
-
-
 def sampled(logits, top_k, top_p, temperature, seed):
     """The Sample oracle: one Philox stream, one draw per row (rlx_llvm.reference.rng)."""
     t = T.Sample(logits=0, dst=0, batch=len(logits), vocab=logits.shape[1], top_k=top_k, top_p=top_p,
@@ -276,17 +260,13 @@ def sampled(logits, top_k, top_p, temperature, seed):
 
 
 def extra_expected(i):
-    x64 = {k: a.astype(np.complex128 if a.dtype == np.complex64 else np.float64) for k, a in i.items()}
+    x64 = {k: a.astype(np.float64) for k, a in i.items()}
     c = x64["c"]
     return {
         "lora": x64["x"] @ x64["w"] + 0.5 * (x64["x"] @ x64["la"]) @ x64["lb"],
         "solve": np.linalg.solve(x64["A"], x64["Bm"]),
         "solve_vec": np.linalg.solve(x64["A"], x64["bv"]),
         "solve_batch": np.linalg.solve(x64["AA"], x64["BB"]),
-        "fft": np.fft.fft(x64["z8"]),
-        "ifft_ortho": np.fft.ifft(x64["z12"], norm="ortho"),
-        "fft_block": block(np.fft.fft(from_block(i["blk"]))),                  # "forward": 1/n on inverses only
-        "ifft_block64": block(np.fft.ifft(from_block(i["blk64"]), norm="forward")),  # "backward": no 1/n at all
         "greedy": np.argmax(i["logits"], 1),
         "sampled": sampled(i["logits"], 4, 0.8, 0.7, 11),
         "sampled_f32": sampled(i["logits"], 0, 1.0, 1.5, 0),
@@ -317,19 +297,74 @@ def test_extra_ops_match_numpy(extra_run, name):
 
 def test_extra_ops_lower_to_their_thunks(extra_run):
     _, kinds = extra_run
-    assert {"LoraMatMul", "DenseSolveF32", "BatchedDenseSolveF32", "Fft1d", "Sample", "Cumsum", "ArgReduce",
+    assert {"LoraMatMul", "DenseSolveF32", "BatchedDenseSolveF32", "Sample", "Cumsum", "ArgReduce",
             "TopK", "CustomFn"} <= kinds
 
 
-def test_fft_round_trips():
-    """pyrlx's norms: ifft(fft(x)) = n·x under "backward" (no scaling), x under "forward" (NumPy's default)."""
-    g = rl.Graph("fft_round_trip")
-    z = g.input("z", [2, 16], "c64")
-    named(g, back=g.fft(g.fft(z), inverse=True), fwd=g.fft(g.fft(z, norm="forward"), True, "forward"))
-    zv = (f32(2, 16) + 1j * f32(2, 16)).astype(np.complex64)
-    got, _ = compiled(g, {"z": zv})
-    np.testing.assert_allclose(got["back"], 16 * zv, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(got["fwd"], zv, rtol=1e-4, atol=1e-4)
+# ── FFT ───────────────────────────────────────────────────────────────────────
+
+def c64(*shape):
+    return (f32(*shape) + 1j * f32(*shape)).astype(np.complex64)
+
+
+def block(z):
+    """complex rows → real-block rows [re… im…]."""
+    return np.concatenate([z.real, z.imag], -1)
+
+
+def from_block(x):
+    n = x.shape[-1] // 2
+    return x[..., :n].astype(np.float64) + 1j * x[..., n:]
+
+
+FFT_INPUTS = {"z8": c64(3, 8), "z12": c64(2, 12), "z16": c64(2, 16), "blk": f32(2, 20),
+              "blk64": RNG.standard_normal((2, 14)), "r15": f32(2, 15), "r16": f32(3, 16),
+              "h9re": f32(3, 9), "h9im": f32(3, 9), "h8re": f32(2, 8), "h8im": f32(2, 8)}
+
+
+@pytest.fixture(scope="module")
+def fft_run():
+    g = rl.Graph("fft")
+    v = {k: g.input(k, a.shape, "c64" if a.dtype == np.complex64 else a.dtype) for k, a in FFT_INPUTS.items()}
+    (re15, im15), (re16, im16) = g.fft_real(v["r15"]), g.rfft(v["r16"], norm="ortho")
+    named(g,
+          fft=g.fft(v["z8"]),
+          ifft_ortho=g.fft(v["z12"], inverse=True, norm="ortho"),
+          fft_block=g.fft(v["blk"], norm="forward"),
+          ifft_block64=g.fft_norm(v["blk64"], True, "backward"),
+          round_trip_backward=g.fft(g.fft(v["z16"]), inverse=True),
+          round_trip_forward=g.fft(g.fft(v["z16"], norm="forward"), True, "forward"),
+          real=g.real(v["z8"]), imag=g.imag(v["z8"]), complex=g.complex(v["h8re"], v["h8im"]),
+          fft_real_re=re15, fft_real_im=im15, rfft_re=re16, rfft_im=im16,
+          irfft16=g.irfft(v["h9re"], v["h9im"], norm="forward"),
+          irfft10_cropped=g.irfft(v["h9re"], v["h9im"], n=10, norm="ortho"),
+          irfft15=g.irfft(v["h8re"], v["h8im"], n=15),
+          fftfreq=g.fftfreq(8), rfftfreq=g.rfftfreq(9, 0.5))
+    return compiled(g, FFT_INPUTS)
+
+
+def fft_expected(i):
+    x = {k: a.astype(np.complex128 if a.dtype == np.complex64 else np.float64) for k, a in i.items()}
+    h9, h8 = x["h9re"] + 1j * x["h9im"], x["h8re"] + 1j * x["h8im"]
+    return {"fft": np.fft.fft(x["z8"]),                                             # "backward": no scaling
+            "ifft_ortho": np.fft.ifft(x["z12"], norm="ortho"),
+            "fft_block": block(np.fft.fft(from_block(i["blk"]))),                   # "forward": 1/n on inverses only
+            "ifft_block64": block(np.fft.ifft(from_block(i["blk64"]), norm="forward")),
+            "round_trip_backward": 16 * x["z16"], "round_trip_forward": x["z16"],
+            "real": x["z8"].real, "imag": x["z8"].imag, "complex": h8,
+            "fft_real_re": np.fft.fft(x["r15"]).real, "fft_real_im": np.fft.fft(x["r15"]).imag,
+            "rfft_re": np.fft.rfft(x["r16"], norm="ortho").real, "rfft_im": np.fft.rfft(x["r16"], norm="ortho").imag,
+            "irfft16": np.fft.irfft(h9), "irfft10_cropped": np.fft.irfft(h9, 10, norm="ortho"),
+            "irfft15": 15 * np.fft.irfft(h8, 15),
+            "fftfreq": np.fft.fftfreq(8), "rfftfreq": np.fft.rfftfreq(9, 0.5)}
+
+
+@pytest.mark.parametrize("name", list(fft_expected(FFT_INPUTS)))
+def test_fft_ops_match_numpy(fft_run, name):
+    got, _ = fft_run
+    want = fft_expected(FFT_INPUTS)[name]
+    assert got[name].shape == want.shape
+    np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-4)
 
 
 # ── dynamic dims: inferred as −1 at build time, specialized per fed shape ──────
@@ -389,6 +424,10 @@ BAD = {  # case: (build, op named, detail named)
     "fft odd block": (lambda g: g.fft(*ins(g, [2, 7])), "fft", "[2, 7]"),
     "fft dtype": (lambda g: g.fft(*ins(g, [2, 8], dtype="i32")), "fft", "i32"),
     "fft norm": (lambda g: g.fft(*ins(g, [2, 8], dtype="c64"), norm="half"), "fft", "half"),
+    "real dtype": (lambda g: g.real(*ins(g, [2, 8])), "real/imag", "f32"),
+    "complex shapes": (lambda g: g.complex(*ins(g, [2, 8], [2, 4])), "complex", "[2, 4]"),
+    "irfft n": (lambda g: g.irfft(*ins(g, [2, 5], [2, 5]), n=10), "irfft", "[2, 5]"),
+    "rfft dynamic": (lambda g: g.rfft(*ins(g, [2, -1])), "rfft", "[2, -1]"),
     "sample dtype": (lambda g: g.sample(*ins(g, [2, 8], dtype="f64")), "sample", "f64"),
     "sample out": (lambda g: g.sample(*ins(g, [2, 8]), dtype="bool"), "sample", "bool"),
     "cumsum axis": (lambda g: g.cumsum(*ins(g, [2, 8]), 2), "cumsum", "axis 2"),
