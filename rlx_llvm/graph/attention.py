@@ -14,7 +14,7 @@ from __future__ import annotations
 from .. import thunks as T
 from ..dtypes import DType
 from ..ops import MaskKind
-from .conv import require_f32, require_rank, shapes_agree
+from .checks import require_f32, require_rank, shapes_agree
 from .core import DYNAMIC, GraphError, Node, Value, numel
 from .lower import LowerContext
 from .opset import infers, lowers

@@ -14,6 +14,7 @@ from typing import Sequence
 from .. import thunks as T
 from ..dtypes import DType
 from ..ops import ReduceOp
+from .checks import require_f32, require_rank
 from .core import DYNAMIC, GraphError, Node, Value
 from .lower import LowerContext
 from .opset import infers, lowers
@@ -27,29 +28,6 @@ def pair(v: "int | Sequence[int]", name: str, op: str, least: int) -> tuple[int,
     if len(hw) != 2 or min(hw) < least:
         raise GraphError(f"{op}: {name} must be an int or a pair of ints ≥ {least}, got {v!r}")
     return hw
-
-
-def same_dim(a: int, b: int) -> bool:
-    """Equal, or either dynamic."""
-    return a == b or DYNAMIC in (a, b)
-
-
-def shapes_agree(a: Sequence[int], b: Sequence[int]) -> bool:
-    """Same rank and every dim `same_dim`."""
-    return len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b))
-
-
-def require_f32(op: str, *nodes: Node) -> None:
-    """GraphError naming `op` unless every node is f32."""
-    bad = [n for n in nodes if n.dtype != DType.F32]
-    if bad:
-        raise GraphError(f"{op}: lowered for f32 tensors, got {', '.join(n.dtype.value for n in nodes)}")
-
-
-def require_rank(op: str, what: str, n: Node, rank: int) -> None:
-    """GraphError naming `op` and the shape unless `n` has rank `rank`."""
-    if len(n.shape) != rank:
-        raise GraphError(f"{op}: {what} must have rank {rank}, got {list(n.shape)}")
 
 
 def out_size(size: int, k: int, stride: int, pad: int, dil: int, op: str) -> int:

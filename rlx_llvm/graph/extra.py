@@ -12,7 +12,7 @@ from typing import Sequence
 from .. import thunks as T
 from ..dtypes import DType
 from ..schedule import ThunkSchedule
-from .conv import require_f32, require_rank, same_dim, shapes_agree
+from .checks import require_f32, require_rank, same_dim, shapes_agree
 from .core import DYNAMIC, GraphCore, GraphError, Node, Value, is_static, numel, parse_dtype
 from .fuse import fuse
 from .lower import LowerContext, lower

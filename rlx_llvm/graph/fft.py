@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import thunks as T
 from ..dtypes import DType
-from .conv import require_f32
+from .checks import require_f32
 from .core import DYNAMIC, GraphError, Node, Value, numel
 from .lower import LowerContext
 from .opset import infers, lowers
