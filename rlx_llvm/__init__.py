@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from . import ops, thunks
+from . import onnx, ops, thunks
 from .arena import Arena
 from .coverage import coverage
 from .custom_ops import register_custom_op, registered_custom_ops, unregister_custom_op

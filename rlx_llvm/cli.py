@@ -201,6 +201,41 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_onnx(args: argparse.Namespace) -> int:
+    """Import an ONNX model, run it on `--input name=file.npy` feeds, print its outputs and timing."""
+    from .onnx import OnnxModel
+    feeds = {}
+    for item in args.input:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--input {item!r}: expected NAME=FILE.npy")
+        feeds[name] = np.load(path)
+    model = OnnxModel(args.model)
+    t0 = time.perf_counter()
+    outputs = model.run(feeds)
+    first_ms = (time.perf_counter() - t0) * 1e3
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        model.run(feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    cg = model.compiled({n: feeds[n].shape for n in model.input_names})
+    print(f"model: {args.model} — inputs {', '.join(f'{n} {list(feeds[n].shape)}' for n in model.input_names)}")
+    print(f"compiled: {len(cg.fused_graph.nodes)} graph nodes → {len(cg.schedule.thunks)} thunks, "
+          f"arena {cg.plan().arena_bytes} B; first run {first_ms:.0f} ms (import + compile + run)")
+    print(f"run: {float(np.median(times)):.3f} ms (median of {len(times)})")
+    for name, out in zip(model.output_names, outputs):
+        stats = f"min {out.min():.6g} max {out.max():.6g} mean {out.mean():.6g}" if out.size and \
+            out.dtype.kind in "fiu" else ""
+        print(f"  {name}: {list(out.shape)} {out.dtype} {stats}")
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            np.save(Path(args.out) / f"{name}.npy", out)
+    if args.report:
+        print(cg.report())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `rlx-llvm`."""
     p = _Parser(prog="rlx-llvm", description=__doc__)
@@ -245,6 +280,15 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default f32)")
     emb_p.add_argument("--schedule", metavar="FILE", help="also write the encoder schedule of this shape as JSON")
     emb_p.set_defaults(fn=cmd_embed)
+    onnx_p = sub.add_parser("onnx", help="import an ONNX model, run it as native code, time it",
+                            description="Run an ONNX model through rlx_llvm's importer and JIT.")
+    onnx_p.add_argument("model", help="model.onnx")
+    onnx_p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                        help="an input (repeat for each)")
+    onnx_p.add_argument("--repeat", type=int_in(1), default=10, help="runs to time, ≥ 1 (default 10)")
+    onnx_p.add_argument("--out", metavar="DIR", help="write each output to DIR/<name>.npy")
+    onnx_p.add_argument("--report", action="store_true", help="print the fusions and each thunk's lowering path")
+    onnx_p.set_defaults(fn=cmd_onnx)
     return p
 
 

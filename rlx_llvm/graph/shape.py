@@ -5,7 +5,8 @@ from typing import Sequence
 
 from .. import thunks as T
 from ..dtypes import DType
-from .core import DYNAMIC, GraphError, Node, Value, numel, parse_dtype
+from .core import DYNAMIC, GraphError, Node, Value, broadcast, numel, parse_dtype
+from .elementwise import bcast_strides
 from .lower import LowerContext
 from .opset import infers, lowers
 
@@ -39,6 +40,10 @@ class ShapeOps:
     def gather(self, table: Value, idx: Value, axis: int = 0) -> Value:
         """`take(table, idx, axis)`: idx (i32/i64) replaces `axis` by its shape."""
         return self.add_node("gather", (table, idx), {"axis": int(axis)})
+
+    def broadcast_to(self, x: Value, shape: Sequence[int]) -> Value:
+        """`x` repeated to `shape` by NumPy broadcasting (materialized: one broadcasting Transpose)."""
+        return self.add_node("broadcast_to", (x,), {"shape": tuple(int(d) for d in shape)})
 
     def cast(self, x: Value, dtype: "DType | str") -> Value:
         """Element-wise conversion (floats round to nearest even; ints truncate and saturate)."""
@@ -205,3 +210,24 @@ def lower_cast(ctx: LowerContext, node: Node) -> None:
     i = node.inputs[0]
     ctx.emit(lambda at: T.CastGeneric(src=at(i), dst=at(node.id), len=numel(node.shape), src_dtype=src.dtype,
                                       dst_dtype=node.dtype), reads=[i], writes=[node.id])
+
+
+@infers("broadcast_to")
+def _infer_broadcast_to(ins: list[Node], attrs: dict) -> tuple:
+    x, shape = ins[0], attrs["shape"]
+    if broadcast(x.shape, shape, "broadcast_to") != tuple(shape):
+        raise GraphError(f"broadcast_to: {list(x.shape)} does not broadcast to {list(shape)}")
+    return tuple(shape), x.dtype
+
+
+@lowers("broadcast_to")
+def lower_broadcast_to(ctx: LowerContext, node: Node) -> None:
+    """A view when nothing repeats, else one Transpose walking `x` with zero strides on broadcast dims."""
+    x = ctx.node(node.inputs[0])
+    if numel(x.shape) == numel(node.shape):
+        ctx.alias(node.id, node.inputs[0])
+        return
+    src = node.inputs[0]
+    strides = bcast_strides(x.shape, node.shape)
+    ctx.emit(lambda at: T.Transpose(src=at(src), dst=at(node.id), in_total=numel(x.shape), out_dims=node.shape,
+                                    in_strides=strides, elem_bytes=x.dtype.itemsize), reads=[src], writes=[node.id])

@@ -1,0 +1,237 @@
+"""ONNX math: element-wise ops and activations, MatMul/Gemm, reductions, Softmax/LogSoftmax, LayerNormalization."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Value
+from .importer import Convert, Unsupported, converts
+
+BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
+UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
+         "Neg": "neg", "Abs": "abs", "Erf": "erf", "Floor": "floor", "Ceil": "ceil", "Round": "round",
+         "Sign": "sign", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Atan": "atan", "Reciprocal": "recip",
+         "Softplus": "softplus", "Softsign": "softsign", "Mish": "mish", "HardSwish": "hard_swish"}
+COMPARE = {"Equal": "eq", "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
+
+
+def _float(cx: Convert, node, i: int = 0) -> Value:
+    v = cx.tensor(node.input[i])
+    if not v.dtype.is_float:
+        raise Unsupported(f"input {i} is {v.dtype.value}: this op is lowered for float tensors")
+    return v
+
+
+@converts(*BINARY)
+def _binary(cx: Convert, node) -> list:
+    return [cx.g.binary(BINARY[node.op_type], _float(cx, node, 0), _float(cx, node, 1))]
+
+
+@converts("Max", "Min", "Sum", "Mean")
+def _variadic(cx: Convert, node) -> list:
+    op = {"Max": "max", "Min": "min", "Sum": "add", "Mean": "add"}[node.op_type]
+    vals = [_float(cx, node, i) for i in range(len(node.input))]
+    out = vals[0]
+    for v in vals[1:]:
+        out = cx.g.binary(op, out, v)
+    return [out * (1.0 / len(vals)) if node.op_type == "Mean" else out]
+
+
+@converts(*UNARY)
+def _unary(cx: Convert, node) -> list:
+    return [cx.g.activation(UNARY[node.op_type], _float(cx, node))]
+
+
+@converts("Gelu")
+def _gelu(cx: Convert, node) -> list:
+    approx = cx.attr(node, "approximate", "none")
+    if approx not in ("none", "tanh"):
+        raise Unsupported(f"approximate={approx!r} (none or tanh)")
+    return [cx.g.activation("gelu" if approx == "none" else "gelu_approx", _float(cx, node))]
+
+
+@converts("LeakyRelu")
+def _leaky(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    return [cx.g.where_(x < 0.0, x * float(cx.attr(node, "alpha", 0.01)), x)]
+
+
+@converts("Elu", "Selu", "Celu")
+def _elu(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    default = {"Elu": 1.0, "Selu": 1.67326319217681884765625, "Celu": 1.0}[node.op_type]
+    alpha = float(cx.attr(node, "alpha", default))
+    if node.op_type == "Celu":
+        neg = (cx.g.exp(x * (1.0 / alpha)) - 1.0) * alpha
+    else:
+        neg = (cx.g.exp(x) - 1.0) * alpha
+    out = cx.g.where_(x > 0.0, x, neg)
+    if node.op_type == "Selu":
+        out = out * float(cx.attr(node, "gamma", 1.05070102214813232421875))
+    return [out]
+
+
+@converts("HardSigmoid")
+def _hard_sigmoid(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    y = x * float(cx.attr(node, "alpha", 0.2)) + float(cx.attr(node, "beta", 0.5))
+    return [cx.g.minimum(cx.g.maximum(y, cx.g.constant(0.0)), cx.g.constant(1.0))]
+
+
+@converts("ThresholdedRelu")
+def _thresholded(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    return [cx.g.where_(x > float(cx.attr(node, "alpha", 1.0)), x, cx.g.constant(0.0))]
+
+
+@converts("PRelu")
+def _prelu(cx: Convert, node) -> list:
+    x, slope = _float(cx, node, 0), _float(cx, node, 1)
+    return [cx.g.where_(x < 0.0, x * slope, x)]
+
+
+@converts("Clip")
+def _clip(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    lo = cx.attr(node, "min") if cx.opset.get("", 13) < 11 else (cx.tensor(node.input[1]) if cx.has(node, 1) else None)
+    hi = cx.attr(node, "max") if cx.opset.get("", 13) < 11 else (cx.tensor(node.input[2]) if cx.has(node, 2) else None)
+    if lo is not None:
+        x = cx.g.maximum(x, lo if isinstance(lo, Value) else cx.g.constant(float(lo)))
+    if hi is not None:
+        x = cx.g.minimum(x, hi if isinstance(hi, Value) else cx.g.constant(float(hi)))
+    return [x]
+
+
+@converts(*COMPARE)
+def _compare(cx: Convert, node) -> list:
+    return [cx.g.compare(COMPARE[node.op_type], _float(cx, node, 0), _float(cx, node, 1))]
+
+
+@converts("Where")
+def _where(cx: Convert, node) -> list:
+    return [cx.g.where_(cx.tensor(node.input[0]), _float(cx, node, 1), _float(cx, node, 2))]
+
+
+# ── products ───────────────────────────────────────────────────────────────
+
+@converts("MatMul")
+def _matmul(cx: Convert, node) -> list:
+    a, b = _float(cx, node, 0), _float(cx, node, 1)
+    g = cx.g
+    if a.ndim == 1 and b.ndim == 1:
+        return [g.reshape(g.matmul(g.reshape(a, [1, -1]), g.reshape(b, [-1, 1])), [])]
+    if a.ndim == 1:
+        out = g.matmul(g.reshape(a, [1, -1]), b)
+        return [g.reshape(out, [*out.shape[:-2], out.shape[-1]])]
+    if b.ndim == 1:
+        out = g.matmul(a, g.reshape(b, [-1, 1]))
+        return [g.reshape(out, out.shape[:-1])]
+    return [g.matmul(a, _expand_batch(g, a, b))]
+
+
+def _expand_batch(g, a: Value, b: Value) -> Value:
+    """`b` broadcast to `a`'s batch dims when both have batch dims that only partly match."""
+    ba, bb = a.shape[:-2], b.shape[:-2]
+    if not bb or not ba or ba == bb or int(np.prod(bb)) == 1:
+        return b
+    return g.broadcast_to(b, tuple(np.broadcast_shapes(ba, bb)) + b.shape[-2:])
+
+
+@converts("Gemm")
+def _gemm(cx: Convert, node) -> list:
+    g = cx.g
+    a, b = _float(cx, node, 0), _float(cx, node, 1)
+    if cx.attr(node, "transA", 0):
+        a = g.transpose(a, [1, 0])
+    if cx.attr(node, "transB", 0):
+        b = g.transpose(b, [1, 0])
+    y = g.matmul(a, b)
+    alpha, beta = float(cx.attr(node, "alpha", 1.0)), float(cx.attr(node, "beta", 1.0))
+    if alpha != 1.0:
+        y = y * alpha
+    if cx.has(node, 2) and beta != 0.0:
+        c = _float(cx, node, 2)
+        y = y + (c * beta if beta != 1.0 else c)
+    return [y]
+
+
+# ── reductions, softmax, norms ────────────────────────────────────────────
+
+def _axes(cx: Convert, node, rank: int) -> tuple[int, ...] | None:
+    """Reduce axes from the attribute (older opsets) or the second input (ReduceSum ≥ 13, others ≥ 18)."""
+    axes = cx.attr(node, "axes")
+    if axes is None and cx.has(node, 1):
+        axes = [int(a) for a in cx.need_const(node, 1, "axes")]
+    if axes is None or len(axes) == 0:
+        return None if not cx.attr(node, "noop_with_empty_axes", 0) else ()
+    return tuple(a % rank for a in axes)
+
+
+REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod"}
+
+
+@converts(*REDUCE, "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
+def _reduce(cx: Convert, node) -> list:
+    g = cx.g
+    x = _float(cx, node)
+    axes = _axes(cx, node, x.ndim)
+    keep = bool(cx.attr(node, "keepdims", 1))
+    if axes == ():
+        return [x]
+    op = node.op_type
+    if op in REDUCE:
+        return [g.reduce(x, REDUCE[op], axes, keep)]
+    if op == "ReduceSumSquare":
+        return [g.reduce(x * x, "sum", axes, keep)]
+    if op == "ReduceL1":
+        return [g.reduce(g.activation("abs", x), "sum", axes, keep)]
+    if op == "ReduceL2":
+        return [g.sqrt(g.reduce(x * x, "sum", axes, keep))]
+    if op == "ReduceLogSum":
+        return [g.log(g.reduce(x, "sum", axes, keep))]
+    m = g.reduce(x, "max", axes, True)
+    s = g.log(g.reduce(g.exp(x - m), "sum", axes, True)) + m
+    return [s if keep else g.reshape(s, [d for i, d in enumerate(s.shape) if i not in (axes or range(x.ndim))])]
+
+
+def _softmax_axis(cx: Convert, node, x: Value) -> tuple[Value, int, tuple | None]:
+    """Softmax's axis; before opset 13 the input is flattened to 2-D at `axis` first."""
+    axis = cx.attr(node, "axis", -1 if cx.opset.get("", 13) >= 13 else 1) % max(x.ndim, 1)
+    if cx.opset.get("", 13) >= 13 or axis == x.ndim - 1:
+        return x, axis, None
+    lead = int(np.prod(x.shape[:axis]))
+    return cx.g.reshape(x, [lead, -1]), 1, x.shape
+
+
+@converts("Softmax", "LogSoftmax")
+def _softmax(cx: Convert, node) -> list:
+    x0 = _float(cx, node)
+    x, axis, restore = _softmax_axis(cx, node, x0)
+    y = cx.g.softmax(x, axis)
+    if node.op_type == "LogSoftmax":
+        y = cx.g.log(y)
+    return [cx.g.reshape(y, restore) if restore else y]
+
+
+@converts("LayerNormalization")
+def _layer_norm(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    axis = cx.attr(node, "axis", -1) % x.ndim
+    if axis != x.ndim - 1:
+        raise Unsupported(f"axis {axis}: normalization over the last axis only")
+    if len(node.output) > 1 and any(node.output[1:]):
+        raise Unsupported("the optional Mean/InvStdDev outputs")
+    h = x.shape[-1]
+    scale = cx.tensor(node.input[1])
+    bias = cx.tensor(node.input[2]) if cx.has(node, 2) else cx.g.constant(np.zeros(h, np.float32))
+    return [cx.g.layer_norm(x, _vector(cx, scale, h), _vector(cx, bias, h), eps=float(cx.attr(node, "epsilon", 1e-5)))]
+
+
+def _vector(cx: Convert, v: Value, h: int) -> Value:
+    """A per-channel tensor as `[h]` (broadcast shapes like `[1, h]` are reshaped; a scalar is expanded)."""
+    if v.shape == (h,):
+        return v
+    if int(np.prod(v.shape)) == h:
+        return cx.g.reshape(v, [h])
+    if int(np.prod(v.shape)) == 1:
+        return cx.g.broadcast_to(cx.g.reshape(v, [1]), (h,))
+    raise Unsupported(f"a per-channel tensor of shape {list(v.shape)} for {h} channels")

@@ -1,0 +1,160 @@
+"""ONNX shape ops: Shape/Size (import-time constants), Reshape, Transpose, Flatten, Squeeze, Unsqueeze,
+Concat, Split, Slice, Gather, Expand, Tile, Cast."""
+from __future__ import annotations
+
+import numpy as np
+
+from .importer import Convert, Unsupported, converts, dtype_of
+
+
+@converts("Shape")
+def _shape(cx: Convert, node) -> list:
+    shape = np.array(cx.shape(node.input[0]), np.int64)
+    start, end = cx.attr(node, "start", 0), cx.attr(node, "end", None)
+    return [shape[start:end]]
+
+
+@converts("Size")
+def _size(cx: Convert, node) -> list:
+    return [np.array(int(np.prod(cx.shape(node.input[0]))), np.int64)]
+
+
+@converts("Reshape")
+def _reshape(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    shape = [int(d) for d in cx.need_const(node, 1, "shape")]
+    if cx.attr(node, "allowzero", 0) and 0 in shape:
+        raise Unsupported("allowzero=1 with a 0 in the shape (a zero-size dim)")
+    return [cx.g.reshape(x, shape)]
+
+
+@converts("Transpose")
+def _transpose(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    perm = cx.attr(node, "perm") or list(reversed(range(x.ndim)))
+    return [cx.g.transpose(x, perm)]
+
+
+@converts("Flatten")
+def _flatten(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    axis = cx.attr(node, "axis", 1) % (x.ndim + 1)
+    return [cx.g.reshape(x, [int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))])]
+
+
+def _axes_of(cx: Convert, node, name: str = "axes") -> list[int] | None:
+    axes = cx.attr(node, name)
+    if axes is None and cx.has(node, 1):
+        axes = [int(a) for a in cx.need_const(node, 1, name)]
+    return axes
+
+
+@converts("Squeeze")
+def _squeeze(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    axes = _axes_of(cx, node)
+    axes = {a % x.ndim for a in axes} if axes else {i for i, d in enumerate(x.shape) if d == 1}
+    if any(x.shape[a] != 1 for a in axes):
+        raise Unsupported(f"squeeze of a dim that is not 1 ({list(x.shape)}, axes {sorted(axes)})")
+    return [cx.g.reshape(x, [d for i, d in enumerate(x.shape) if i not in axes])]
+
+
+@converts("Unsqueeze")
+def _unsqueeze(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    axes = _axes_of(cx, node)
+    rank = x.ndim + len(axes)
+    axes = sorted(a % rank for a in axes)
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return [cx.g.reshape(x, shape)]
+
+
+@converts("Concat")
+def _concat(cx: Convert, node) -> list:
+    xs = [cx.tensor(i) for i in node.input if i and np.prod(cx.shape(i)) > 0] or [cx.tensor(node.input[0])]
+    return [cx.g.concat(xs, cx.attr(node, "axis"))] if len(xs) > 1 else [xs[0]]
+
+
+@converts("Split")
+def _split(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    axis = cx.attr(node, "axis", 0) % x.ndim
+    sizes = cx.attr(node, "split")
+    if sizes is None and cx.has(node, 1):
+        sizes = [int(s) for s in cx.need_const(node, 1, "split")]
+    if sizes is None:
+        parts = cx.attr(node, "num_outputs", len(node.output))
+        step = -(-x.shape[axis] // parts)
+        sizes = [min(step, x.shape[axis] - k * step) for k in range(parts)]
+    out, start = [], 0
+    for s in sizes:
+        out.append(cx.g.narrow(x, axis, start, int(s)))
+        start += int(s)
+    return out
+
+
+@converts("Slice")
+def _slice(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    if cx.opset.get("", 13) < 10:
+        starts, ends, axes = cx.attr(node, "starts"), cx.attr(node, "ends"), cx.attr(node, "axes")
+        steps = None
+    else:
+        starts, ends = cx.need_const(node, 1, "starts"), cx.need_const(node, 2, "ends")
+        axes = cx.need_const(node, 3, "axes") if cx.has(node, 3) else None
+        steps = cx.need_const(node, 4, "steps") if cx.has(node, 4) else None
+    axes = list(range(len(starts))) if axes is None else [int(a) % x.ndim for a in axes]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    for a, s0, e0, st in zip(axes, starts, ends, steps):
+        idx = np.arange(x.shape[a])[slice(int(s0) if abs(int(s0)) < 2**62 else None,
+                                          int(e0) if abs(int(e0)) < 2**62 else None, st)]
+        if st == 1 and idx.size:
+            x = cx.g.narrow(x, a, int(idx[0]), int(idx.size))
+        elif idx.size == 0:
+            raise Unsupported(f"a slice with no elements on axis {a}")
+        else:
+            x = cx.g.gather(x, cx.g.constant(idx.astype(np.int64)), a)
+    return [x]
+
+
+@converts("Gather")
+def _gather(cx: Convert, node) -> list:
+    table = cx.tensor(node.input[0])
+    axis = cx.attr(node, "axis", 0) % table.ndim
+    idx = cx.const(node.input[1])
+    if idx is not None:
+        idx = np.where(idx < 0, idx + table.shape[axis], idx).astype(np.int64)
+        if idx.ndim == 0:
+            return [cx.g.reshape(cx.g.narrow(table, axis, int(idx), 1),
+                                 [d for i, d in enumerate(table.shape) if i != axis])]
+        return [cx.g.gather(table, cx.g.constant(idx), axis)]
+    return [cx.g.gather(table, cx.tensor(node.input[1]), axis)]
+
+
+@converts("Expand")
+def _expand(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    shape = tuple(int(d) for d in cx.need_const(node, 1, "shape"))
+    return [cx.g.broadcast_to(x, tuple(np.broadcast_shapes(x.shape, shape)))]
+
+
+@converts("Tile")
+def _tile(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    reps = [int(r) for r in cx.need_const(node, 1, "repeats")]
+    for axis, r in enumerate(reps):
+        if r != 1:
+            x = cx.g.concat([x] * r, axis)
+    return [x]
+
+
+@converts("Cast")
+def _cast(cx: Convert, node) -> list:
+    return [cx.g.cast(cx.tensor(node.input[0]), dtype_of(cx.attr(node, "to"), "Cast to"))]
+
+
+@converts("CastLike")
+def _cast_like(cx: Convert, node) -> list:
+    return [cx.g.cast(cx.tensor(node.input[0]), cx.dtype(node.input[1]))]
