@@ -15,15 +15,28 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from ..ops import Activation, BinaryOp, ReduceOp
-from .backward import (THUNK_DERIVATIVES, activation_backward, broadcast_as, cumsum_backward, gather_backward,
-                       narrow_backward, norm_backward, reciprocal_count, reshape_as)
+import numpy as np
+
+from ..ops import Activation, BinaryOp, MaskKind, ReduceOp
+from .backward import (THUNK_DERIVATIVES, activation_backward, attention_backward, broadcast_as, conv2d_backward,
+                       cumsum_backward, gather_backward, max_pool2d_backward, narrow_backward, norm_backward,
+                       reciprocal_count, reshape_as, rope_backward)
 from .core import DYNAMIC, GraphCore, GraphError, Node, Value, numel
 from .losses import softmax_cross_entropy_backward
 
 SEED = "d_output"
 
-# rule(g, node, inputs, output, d_output) → one adjoint (or None: no gradient) per input
+
+class _NotDifferentiable:
+    """A rule's answer for an input it cannot differentiate (an error only if the loss needs that gradient)."""
+
+    def __repr__(self) -> str:
+        return "NOT_DIFFERENTIABLE"
+
+
+NOT_DIFFERENTIABLE = _NotDifferentiable()
+
+# rule(g, node, inputs, output, d_output) → per input an adjoint, None (zero) or NOT_DIFFERENTIABLE
 VjpRule = Callable[[GraphCore, Node, list[Value], Value, Value], Sequence["Value | None"]]
 VJPS: dict[str, VjpRule] = {}
 
@@ -68,8 +81,11 @@ def backpropagate(g: GraphCore, loss: Node, seed: Value, targets: set[int]) -> d
             raise GraphError(f"grad: %{node.id} {node.op} has no gradient rule (differentiable ops: "
                              f"{', '.join(sorted(VJPS))})")
         for i, d in zip(node.inputs, rule(g, node, [g.value(i) for i in node.inputs], g.value(node.id), dy)):
-            if d is not None and i in needs:
-                adjoint[i] = g.add(adjoint[i], d) if i in adjoint else d
+            if d is None or i not in needs:
+                continue
+            if d is NOT_DIFFERENTIABLE:
+                raise GraphError(f"grad: %{node.id} {node.op} has no gradient with respect to its input %{i}")
+            adjoint[i] = g.add(adjoint[i], d) if i in adjoint else d
     return adjoint
 
 
@@ -94,10 +110,11 @@ def _resolve(graph: GraphCore, w: "Value | int | str") -> int:
 
 
 def _depends_on(g: GraphCore, targets: set[int], last: int) -> set[int]:
-    """Float nodes up to `last` whose value depends on a target (the ones that need adjoints)."""
+    """Float and complex nodes up to `last` whose value depends on a target (the ones that need adjoints);
+    integer and bool results (compare, argmax, sample…) are piecewise constant and carry no gradient."""
     needs = set(targets)
     for node in g.nodes[:last + 1]:
-        if node.dtype.is_float and any(i in needs for i in node.inputs):
+        if (node.dtype.is_float or node.dtype.is_complex) and any(i in needs for i in node.inputs):
             needs.add(node.id)
     return needs
 
@@ -120,7 +137,6 @@ def unbroadcast(g: GraphCore, d: Value, like: Value) -> Value:
 
 def _binary_partials(g: GraphCore, op: BinaryOp, a: Value, b: Value, y: Value, dy: Value) -> tuple:
     """(∂y/∂a·dy, ∂y/∂b·dy) at the broadcast shape."""
-    zero = g.constant(0.0)
     if op is BinaryOp.Add:
         return dy, dy
     if op is BinaryOp.Sub:
@@ -131,6 +147,7 @@ def _binary_partials(g: GraphCore, op: BinaryOp, a: Value, b: Value, y: Value, d
         return dy / b, -(dy * y) / b
     if op in (BinaryOp.Max, BinaryOp.Min):
         a_wins = a >= b if op is BinaryOp.Max else a <= b            # ties go to a
+        zero = g.constant(0.0)
         return g.where_(a_wins, dy, zero), g.where_(a_wins, zero, dy)
     if op is BinaryOp.Pow:
         return dy * b * g.pow(a, b - 1.0), dy * y * g.log(a)
@@ -217,6 +234,25 @@ def _vjp_fused_matmul(g, node, ins, y, dy):
     return (*matmul_grads(g, x, w, dz), unbroadcast(g, dz, b))
 
 
+@vjp("lora_matmul")
+def _vjp_lora(g, node, ins, y, dy):
+    x, w, a, b = ins
+    dx_w, dw = matmul_grads(g, x, w, dy)
+    dt, db = matmul_grads(g, x @ a, b, dy * node.attrs["scale"])       # recompute the low-rank activations
+    dx_a, da = matmul_grads(g, x, a, dt)
+    return dx_w + dx_a, dw, da, db
+
+
+@vjp("dense_solve")
+def _vjp_dense_solve(g, node, ins, y, dy):
+    """X = A⁻¹B: dB = A⁻ᵀ·dX, dA = −dB·Xᵀ."""
+    a, b = ins
+    db = g.dense_solve(a.T, dy)
+    if b.ndim == 1:
+        return -(g.reshape(db, [-1, 1]) * g.reshape(y, [1, -1])), db
+    return -(db @ y.T), db
+
+
 # ── reductions ──────────────────────────────────────────────────────────────
 
 @vjp("reduce")
@@ -293,6 +329,49 @@ def _vjp_norm(g, node, ins, y, dy):
 def _vjp_sce(g, node, ins, y, dy):
     logits, labels = ins
     return softmax_cross_entropy_backward(g, logits, labels, dy), None
+
+
+# ── convolution, pooling, attention ─────────────────────────────────────────
+
+@vjp("conv2d")
+def _vjp_conv2d(g, node, ins, y, dy):
+    x, w = ins
+    return conv2d_backward(g, "input", dy, w, x, node.attrs), conv2d_backward(g, "weight", x, dy, w, node.attrs)
+
+
+@vjp("max_pool2d")
+def _vjp_max_pool2d(g, node, ins, y, dy):
+    return [max_pool2d_backward(g, ins[0], dy, node.attrs)]
+
+
+@vjp("avg_pool2d")
+def _vjp_avg_pool2d(g, node, ins, y, dy):
+    """The transposed depthwise convolution of dy with a kernel of 1/(kh·kw) (padding taps drop)."""
+    x = ins[0]
+    c, (kh, kw) = x.shape[1], node.attrs["kernel"]
+    if c == DYNAMIC:
+        raise GraphError(f"grad: %{node.id} avg_pool2d needs a static channel count, got {list(x.shape)}")
+    ones = g.constant(np.full((c, 1, kh, kw), 1.0 / (kh * kw), np.float32))
+    conv = {"stride": node.attrs["stride"], "padding": node.attrs["padding"], "dilation": (1, 1), "groups": c}
+    return [conv2d_backward(g, "input", dy, ones, x, conv)]
+
+
+@vjp("rope")
+def _vjp_rope(g, node, ins, y, dy):
+    x, cos, sin = ins
+    return rope_backward(g, dy, cos, sin, node.attrs), NOT_DIFFERENTIABLE, NOT_DIFFERENTIABLE
+
+
+@vjp("attention")
+def _vjp_attention(g, node, ins, y, dy):
+    """AttentionBackward per operand; it computes K/V heads = heads and scale 1/√head_dim only."""
+    q, k, v = ins[:3]
+    a = node.attrs
+    if k.shape[-1] != q.shape[-1] or v.shape[-1] != q.shape[-1] or not math.isclose(a["scale"], a["head_dim"] ** -0.5):
+        raise GraphError(f"grad: %{node.id} attention has a gradient for K/V heads = heads and the default scale "
+                         f"only, got q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}, scale {a['scale']}")
+    mask = [] if len(ins) == 3 else [None if a["mask_kind"] == MaskKind.Custom else NOT_DIFFERENTIABLE]
+    return [attention_backward(g, part, ins, dy, a) for part in "qkv"] + mask
 
 
 # ── optimizers ──────────────────────────────────────────────────────────────

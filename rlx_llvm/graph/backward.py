@@ -10,6 +10,10 @@
     cumsum_backward(dy)                   CumsumBackward
     gather_backward(dy, idx, like)        GatherBackward (indices cast to f32)
     narrow_backward(dy, like)             dy placed at [start, start+length) of zeros: GatherBackward
+    conv2d_backward(a, b, like)           Conv2dBackwardInput (dy, w → dx) or Conv2dBackwardWeight (x, dy → dw)
+    max_pool2d_backward(x, dy)            MaxPool2dBackward
+    rope_backward(dy, cos, sin)           RopeBackward
+    attention_backward(q, k, v, dy[, m])  AttentionBackward for one of dQ, dK, dV
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ import numpy as np
 
 from .. import thunks as T
 from ..dtypes import DType
-from ..ops import Activation
+from ..ops import Activation, AttentionBwdWrt
 from .core import GraphCore, GraphError, Node, Value, broadcast, numel
 from .elementwise import bcast_strides
 from .lower import LowerContext
@@ -70,6 +74,27 @@ def narrow_backward(g: GraphCore, dy: Value, like: Value, axis: int, start: int)
     return g.add_node("narrow_backward", (dy, like), {"axis": axis, "start": start})
 
 
+def conv2d_backward(g: GraphCore, part: str, a: Value, b: Value, like: Value, conv: dict) -> Value:
+    """The conv2d gradient `part`: "input" from (dy, w), "weight" from (x, dy); `conv` holds the forward attrs."""
+    return g.add_node("conv2d_backward", (a, b, like), {**conv, "part": part})
+
+
+def max_pool2d_backward(g: GraphCore, x: Value, dy: Value, pool: dict) -> Value:
+    """`dy` routed to the first arg-max of each window of `x`."""
+    return g.add_node("max_pool2d_backward", (x, dy), dict(pool))
+
+
+def rope_backward(g: GraphCore, dy: Value, cos: Value, sin: Value, rope: dict) -> Value:
+    """The transpose of the rotation (sin negated)."""
+    return g.add_node("rope_backward", (dy, cos, sin), dict(rope))
+
+
+def attention_backward(g: GraphCore, part: str, ins: Sequence[Value], dy: Value, attention: dict) -> Value:
+    """dQ, dK or dV (`part` q, k or v) of attention over `ins` = (q, k, v[, mask])."""
+    q, k, v, *mask = ins
+    return g.add_node("attention_backward", (q, k, v, dy, *mask), {**attention, "part": part})
+
+
 # ── inference ───────────────────────────────────────────────────────────────
 
 def _inserted(shape: tuple, axes: tuple, rank: int) -> tuple:
@@ -102,9 +127,14 @@ def _infer_reciprocal_count(ins: list[Node], attrs: dict) -> tuple:
     return (), DType.F32
 
 
-@infers("activation_backward", "cumsum_backward")
-def _infer_like_last_input(ins: list[Node], attrs: dict) -> tuple:
-    return ins[-1].shape, DType.F32
+@infers("activation_backward", "cumsum_backward", "rope_backward", "max_pool2d_backward")
+def _infer_like_first_input(ins: list[Node], attrs: dict) -> tuple:
+    return ins[0].shape, DType.F32
+
+
+@infers("attention_backward")
+def _infer_attention_backward(ins: list[Node], attrs: dict) -> tuple:
+    return ins["qkv".index(attrs["part"])].shape, DType.F32
 
 
 @infers("norm_backward")
@@ -113,7 +143,7 @@ def _infer_norm_backward(ins: list[Node], attrs: dict) -> tuple:
     return (x.shape if attrs["part"] == "input" else gamma.shape), DType.F32
 
 
-@infers("gather_backward", "narrow_backward")
+@infers("gather_backward", "narrow_backward", "conv2d_backward")
 def _infer_scatter(ins: list[Node], attrs: dict) -> tuple:
     return ins[-1].shape, DType.F32
 
@@ -237,3 +267,68 @@ def lower_narrow_backward(ctx: LowerContext, node: Node) -> None:
     length, start = ctx.node(dy).shape[axis], node.attrs["start"]
     idx = constant_buffer(ctx, np.arange(start, start + length, dtype=np.float32), f"%{node.id} narrow indices")
     _scatter_rows(ctx, node, dy, idx, length, axis)
+
+
+@lowers("conv2d_backward")
+def lower_conv2d_backward(ctx: LowerContext, node: Node) -> None:
+    """Conv2dBackwardInput or Conv2dBackwardWeight in the forward geometry."""
+    a, b, like = node.inputs
+    x_shape, w_shape = (node.shape, ctx.node(b).shape) if node.attrs["part"] == "input" else \
+        (ctx.node(a).shape, node.shape)
+    dy_shape = ctx.node(a if node.attrs["part"] == "input" else b).shape
+    n, c_in, h, w = x_shape
+    c_out, _, kh, kw = w_shape
+    (sh, sw), (ph, pw), (dh, dw) = node.attrs["stride"], node.attrs["padding"], node.attrs["dilation"]
+    geometry = dict(n=n, c_in=c_in, h=h, c_out=c_out, h_out=dy_shape[2], w_out=dy_shape[3], kh=kh, kw=kw, sh=sh,
+                    sw=sw, ph=ph, pw=pw, dh=dh, groups=node.attrs["groups"])
+    if node.attrs["part"] == "input":
+        ctx.emit(lambda at: T.Conv2dBackwardInput(dy=at(a), w=at(b), dx=at(node.id), w_in=w, dw=dw, **geometry),
+                 reads=[a, b], writes=[node.id])
+    else:
+        ctx.emit(lambda at: T.Conv2dBackwardWeight(x=at(a), dy=at(b), dw=at(node.id), w=w, dw_dil=dw, **geometry),
+                 reads=[a, b], writes=[node.id])
+
+
+@lowers("max_pool2d_backward")
+def lower_max_pool2d_backward(ctx: LowerContext, node: Node) -> None:
+    """MaxPool2dBackward."""
+    x, dy = node.inputs
+    n, c, h, w = node.shape
+    _, _, h_out, w_out = ctx.node(dy).shape
+    (kh, kw), (sh, sw), (ph, pw) = node.attrs["kernel"], node.attrs["stride"], node.attrs["padding"]
+    ctx.emit(lambda at: T.MaxPool2dBackward(x=at(x), dy=at(dy), dx=at(node.id), n=n, c=c, h=h, w=w, h_out=h_out,
+                                            w_out=w_out, kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw),
+             reads=[x, dy], writes=[node.id])
+
+
+@lowers("rope_backward")
+def lower_rope_backward(ctx: LowerContext, node: Node) -> None:
+    """RopeBackward with the forward's table layout."""
+    dy, cos, sin = node.inputs
+    b, s, hidden = node.shape
+    table = ctx.node(cos).shape
+    ctx.emit(lambda at: T.RopeBackward(dy=at(dy), cos=at(cos), sin=at(sin), dx=at(node.id), batch=b, seq=s,
+                                       hidden=hidden, head_dim=node.attrs["head_dim"], n_rot=node.attrs["n_rot"],
+                                       cos_len=numel(table), cos_row_stride=table[1],
+                                       interleaved=node.attrs["interleaved"]), reads=[dy, cos, sin], writes=[node.id])
+
+
+_WRT = {"q": AttentionBwdWrt.Query, "k": AttentionBwdWrt.Key, "v": AttentionBwdWrt.Value}
+
+
+@lowers("attention_backward")
+def lower_attention_backward(ctx: LowerContext, node: Node) -> None:
+    """AttentionBackward (K/V heads = heads, scale 1/√head_dim: what the thunk computes)."""
+    q, k, v, dy, *mask = node.inputs
+    b, s, _ = ctx.node(q).shape
+    kv = ctx.node(k).shape[1]
+
+    def build(at):
+        where = at(mask[0]) if mask else 0
+        if mask and where == 0:
+            raise GraphError(f"%{node.id} attention_backward: the mask landed at arena offset 0, which "
+                             f"AttentionBackward reads as 'no mask'")
+        return T.AttentionBackward(q=at(q), k=at(k), v=at(v), dy=at(dy), mask=where, out=at(node.id), batch=b,
+                                   seq=s, kv_seq=kv, heads=node.attrs["heads"], head_dim=node.attrs["head_dim"],
+                                   mask_kind=node.attrs["mask_kind"], wrt=_WRT[node.attrs["part"]], bhsd=False)
+    ctx.emit(build, reads=node.inputs, writes=[node.id])

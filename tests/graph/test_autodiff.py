@@ -15,7 +15,8 @@ from scipy.special import erf
 import rlx_llvm as rl
 from rlx_llvm.graph.autodiff import VJPS, sgd_momentum
 from rlx_llvm.graph.elementwise import ACTIVATIONS
-from rlx_llvm.ops import Activation as A, BinaryOp as B, ReduceOp as R
+from rlx_llvm.ops import Activation as A, BinaryOp as B, MaskKind, ReduceOp as R
+from tests.graph.test_ops_nn import attention_ref, conv_ref, pool_ref, rope_ref
 
 RNG = np.random.default_rng(11)
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -65,6 +66,12 @@ def _cross_entropy(x, labels):
     return lse - x[np.arange(len(x)), labels.astype(np.int64)]
 
 
+def _mask_name(kind) -> str:
+    if isinstance(kind, MaskKind.SlidingWindow):
+        return f"sliding:{kind.w}"
+    return "causal" if kind == MaskKind.Causal else "none"
+
+
 def evaluate(graph, values: dict) -> np.ndarray:
     """The graph's first output in float64, sources by name from `values`."""
     v = []
@@ -110,6 +117,19 @@ def evaluate(graph, values: dict) -> np.ndarray:
             out = _norm(*x, a["eps"], n.op == "layer_norm")
         elif n.op == "softmax_cross_entropy":
             out = _cross_entropy(*x)
+        elif n.op == "lora_matmul":
+            out = x[0] @ x[1] + a["scale"] * (x[0] @ x[2]) @ x[3]
+        elif n.op == "dense_solve":
+            out = np.linalg.solve(*x)
+        elif n.op == "conv2d":
+            out = conv_ref(*x, a["stride"], a["padding"], a["dilation"], a["groups"])
+        elif n.op in ("max_pool2d", "avg_pool2d"):
+            out = pool_ref(x[0], a["kernel"], a["stride"], a["padding"], n.op[:3])
+        elif n.op == "rope":
+            out = rope_ref(*x, a["head_dim"], a["n_rot"], a["interleaved"])
+        elif n.op == "attention":
+            out = attention_ref(*x[:3], a["heads"], a["head_dim"], x[3] if len(x) == 4 else None,
+                                _mask_name(a["mask_kind"]), a["scale"])
         else:
             raise NotImplementedError(n.op)
         v.append(np.asarray(out, np.float64))
@@ -211,15 +231,33 @@ def layer_group(g):
     x, w, bw = g.input("x", [2, 3, 4]), g.input("w", [4, 5]), g.input("bw", [2, 4, 3])
     gamma, beta, bias = g.input("gamma", [4]), g.input("beta", [4]), g.input("bias", [5])
     logits, labels = g.input("logits", [3, 5]), g.input("labels", [3])
+    la, lb, sa, sb = g.input("la", [4, 2]), g.input("lb", [2, 5]), g.input("sa", [2, 3, 3]), g.input("sb", [3])
     terms = [x @ w, x @ bw, g.fused_matmul_bias_act(x, w, bias, "gelu"), g.fused_matmul_bias_act(x, w, bias),
              g.layer_norm(x, gamma, beta), g.rms_norm(x, gamma, beta, eps=1e-3),
-             g.softmax_cross_entropy(logits, labels)]
+             g.softmax_cross_entropy(logits, labels), g.lora_matmul(x, w, la, lb, 0.5),
+             g.dense_solve(sa, g.reshape(x, [2, 3, 4])), g.dense_solve(g.narrow(sa, 0, 0, 1).reshape(3, 3), sb)]
+    well_posed = np.eye(3, dtype=np.float32) * 3 + f32(2, 3, 3, scale=0.3)
     return terms, {"x": f32(2, 3, 4), "w": f32(4, 5), "bw": f32(2, 4, 3), "gamma": f32(4), "beta": f32(4),
-                   "bias": f32(5), "logits": f32(3, 5), "labels": np.array([4, 0, 2], np.float32)}
+                   "bias": f32(5), "logits": f32(3, 5), "labels": np.array([4, 0, 2], np.float32),
+                   "la": f32(4, 2), "lb": f32(2, 5), "sa": well_posed, "sb": f32(3)}
+
+
+def conv_attention_group(g):
+    x, w, wg = g.input("x", [2, 4, 6, 5]), g.input("w", [3, 4, 3, 2]), g.input("wg", [4, 2, 3, 3])
+    q, k, v, keep = g.input("q", [2, 3, 8]), g.input("k", [2, 4, 8]), g.input("v", [2, 4, 8]), g.input("keep", [2, 4])
+    r, cos, sin = g.input("r", [2, 3, 8]), g.input("cos", [3, 2]), g.input("sin", [3, 2])
+    terms = [g.conv2d(x, w, stride=(2, 1), padding=1), g.conv2d(x, wg, padding=(1, 0), dilation=(2, 1), groups=2),
+             g.max_pool2d(x, 2), g.avg_pool2d(x, (3, 2), stride=(2, 2), padding=(1, 1)),
+             g.rope(r, cos, sin, 4), g.rope(r, cos, sin, 4, interleaved=True),
+             g.attention_kind(q, k, v, 2, 4), g.attention_kind(q, k, v, 2, 4, "causal"),
+             g.attention_kind(q, k, v, 2, 4, "sliding:1"), g.attention(q, k, v, keep, 2, 4)]
+    return terms, {"x": f32(2, 4, 6, 5), "w": f32(3, 4, 3, 2), "wg": f32(4, 2, 3, 3), "q": f32(2, 3, 8),
+                   "k": f32(2, 4, 8), "v": f32(2, 4, 8), "keep": np.array([[1, 0, 1, 1], [1, 1, 1, 0]], np.float32),
+                   "r": f32(2, 3, 8), "cos": f32(3, 2), "sin": f32(3, 2)}
 
 
 GROUPS = {"elementwise": elementwise_group, "reductions": reduction_group, "shape": shape_group,
-          "layers": layer_group}
+          "layers": layer_group, "conv_attention": conv_attention_group}
 
 
 @pytest.mark.parametrize("group", GROUPS)
@@ -227,7 +265,7 @@ def test_vjp_rules_match_finite_differences(group):
     g = rl.Graph(group)
     terms, inputs = GROUPS[group](g)
     g.set_outputs([weighted_sum(g, terms)])
-    wrt = [k for k, v in inputs.items() if v.dtype == np.float32 and k != "labels"]
+    wrt = [k for k, v in inputs.items() if v.dtype == np.float32 and k not in ("labels", "keep", "cos", "sin")]
     check_grad(g, inputs, {}, wrt, fusion=False)   # the rules alone; the MLP, CE and training tests fuse
 
 
@@ -273,6 +311,19 @@ def test_errors_name_the_problem(build, match):
     g.set_outputs(build(g, x))
     with pytest.raises(rl.GraphError, match=match):
         rl.grad(g, ["x"])
+
+
+def test_gradients_the_thunks_lack_are_refused():
+    g = rl.Graph("g")
+    q, kv = g.input("q", [1, 2, 8]), g.input("kv", [1, 2, 4])
+    cos, sin = g.input("cos", [2, 2]), g.input("sin", [2, 2])
+    g.set_outputs([g.sum(g.attention_kind(q, kv, kv, 2, 4))])                   # GQA: 1 K/V head for 2
+    with pytest.raises(rl.GraphError, match="K/V heads = heads"):
+        rl.grad(g, ["q"])
+    g.set_outputs([g.sum(g.rope(q, cos, sin, 4))])
+    assert len(rl.grad(g, ["q"]).outputs) == 2
+    with pytest.raises(rl.GraphError, match="no gradient with respect to its input"):
+        rl.grad(g, ["cos"])
 
 
 def test_wrt_must_name_a_source():
