@@ -1,6 +1,7 @@
-"""Fft1d and LogMel at one thread (issue 13): C64 rows 4096 × 1024 and 4096 × 1000 against `scipy.fft`
-(workers=1), and LogMel over a 30 s 16 kHz signal's spectrogram (3000 frames, n_fft 400, 201 bins, 80 mels)
-against NumPy (`power @ filters.T`, log10, per-row floor, in float32).
+"""Fft1d and LogMel at one thread (issue 13): rows 4096 × 1024 and 4096 × 1000 — C64 (interleaved), F32
+(real-block) and C128 — against `scipy.fft` (workers=1) and `numpy.fft` of the same complex rows, wall and
+CPU-time (`time.thread_time`) medians; and LogMel over a 30 s 16 kHz signal's spectrogram (3000 frames,
+n_fft 400, 201 bins, 80 mels) against NumPy (`power @ filters.T`, log10, per-row floor, in float32).
 
     cd /work/main && PYTHONPATH=. python benchmarks/bench_fft.py [--rounds 7]
 
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
+from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -24,6 +28,7 @@ import rlx_llvm as rl  # noqa: E402
 from rlx_llvm import reference  # noqa: E402
 from rlx_llvm import thunks as T  # noqa: E402
 from rlx_llvm.dtypes import DType  # noqa: E402
+from rlx_llvm.reference.fft import REAL  # noqa: E402
 from rlx_llvm.kernels.threads import set_num_threads  # noqa: E402
 
 
@@ -45,19 +50,44 @@ def max_rel_err(arena, want, off: int, count: int) -> float:
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
-def bench_fft(rows: int, n: int, rounds: int) -> None:
+def timed(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, tuple[float, float, list[float]]]:
+    """Interleaved rounds (the order rotating): per implementation (wall median ms, CPU-time median ms,
+    per-round wall samples), CPU time being this thread's `time.thread_time`."""
+    names = list(fns)
+    for fn in fns.values():
+        fn()
+    wall: dict[str, list[float]] = {k: [] for k in names}
+    cpu: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            w0, c0 = time.perf_counter(), time.thread_time()
+            fns[name]()
+            cpu[name].append((time.thread_time() - c0) * 1e3)
+            wall[name].append((time.perf_counter() - w0) * 1e3)
+    return {k: (statistics.median(wall[k]), statistics.median(cpu[k]), wall[k]) for k in names}
+
+
+def bench_fft(table: common.Table, rows: int, n: int, dtype: DType, rounds: int) -> None:
+    """One Fft1d thunk of `rows × n` against scipy.fft (workers=1) and numpy.fft of the same complex rows."""
+    real = REAL[dtype]
+    cplx = np.complex64 if real is np.float32 else np.complex128
     rng = np.random.default_rng(0)
-    x = (rng.standard_normal((rows, n)) + 1j * rng.standard_normal((rows, n))).astype(np.complex64)
-    nbytes = 8 * rows * n
-    t = T.Fft1d(src=0, dst=nbytes, outer=rows, n_complex=n, inverse=False, norm_tag=0, dtype=DType.C64)
-    program, arena, want = compiled(t, 2 * nbytes, {0: x.view(np.float32).reshape(-1)})
-    err = max_rel_err(arena, want, nbytes, 2 * rows * n)
-    assert err < 1e-5 * np.log2(n), err
-    times = common.interleaved({"ours": lambda: program.run(arena),
-                                "scipy": lambda: scipy.fft.fft(x, axis=1, workers=1, overwrite_x=False)},
-                               rounds=rounds)
-    print(f"  Fft1d C64 {rows} x {n}: ours {times['ours'].median:.1f} ms   scipy.fft {times['scipy'].median:.1f} ms"
-          f"   ratio {common.paired_ratio(times['ours'], times['scipy']):.2f}x   max rel err {err:.1e}")
+    z = (rng.standard_normal((rows, n)) + 1j * rng.standard_normal((rows, n))).astype(cplx)
+    flat = z.view(real).reshape(-1) if dtype.is_complex else np.concatenate([z.real, z.imag], axis=1).reshape(-1)
+    nbytes = flat.nbytes
+    t = T.Fft1d(src=0, dst=nbytes, outer=rows, n_complex=n, inverse=False, norm_tag=0, dtype=dtype)
+    program, arena, want = compiled(t, 2 * nbytes, {0: flat})
+    got, ref = (a.bytes[nbytes:2 * nbytes].view(real).astype(np.float64) for a in (arena, want))
+    err = float(np.abs(got - ref).max() / np.abs(ref).max())
+    assert err < (1e-5 * np.log2(n) if real is np.float32 else 1e-12), err
+    times = timed({"ours": lambda: program.run(arena),
+                   "scipy": lambda: scipy.fft.fft(z, axis=1, workers=1, overwrite_x=False),
+                   "numpy": lambda: np.fft.fft(z, axis=1)}, rounds)
+    (ow, oc, os_), (sw, sc, ss), (nw, nc, _) = times["ours"], times["scipy"], times["numpy"]
+    ratio = statistics.median(a / b for a, b in zip(os_, ss))
+    layout = "interleaved" if dtype.is_complex else "real-block"
+    table.add(f"{dtype.value} {layout}", f"{rows} x {n}", f"{ow:.1f} / {oc:.1f}", f"{sw:.1f} / {sc:.1f}",
+              f"{nw:.1f} / {nc:.1f}", f"{ratio:.2f}x", f"{err:.1e}")
 
 
 def bench_log_mel(rounds: int) -> None:
@@ -85,12 +115,21 @@ def bench_log_mel(rounds: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--n", type=int, nargs="+", default=[1024, 1000])
+    ap.add_argument("--dtypes", nargs="+", default=["c64", "f32", "c128"])
+    ap.add_argument("--no-log-mel", action="store_true")
     args = ap.parse_args()
     set_num_threads(1)
     print(f"one thread, {common.cpu_name()}, load {common.load_average()}")
-    bench_log_mel(args.rounds)
-    for n in (1024, 1000):
-        bench_fft(4096, n, args.rounds)
+    if not args.no_log_mel:
+        bench_log_mel(args.rounds)
+    table = common.Table(["rows", "shape", "ours wall / cpu ms", "scipy wall / cpu", "numpy wall / cpu",
+                          "ours / scipy", "max rel err"], left=["rows"], title="Fft1d, forward, one thread")
+    for dtype in args.dtypes:
+        for n in args.n:
+            bench_fft(table, 4096, n, DType(dtype), args.rounds)
+    table.note("medians of interleaved rounds; ratio = median of per-round wall ratios")
+    print(table)
 
 
 if __name__ == "__main__":

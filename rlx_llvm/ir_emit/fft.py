@@ -1,19 +1,25 @@
 """The FFT family as native code (semantics.md §2.16, §3.11; docs/lowering-fft.md): `Fft1d`, and the
 spectrum features `LogMel` and `LogMelBackward` as vector IR over real-block rows.
 
-Every table is computed in f64 at compile time for the thunk's `n` and stored as a private constant
-global in the rows' real type (f32 rows: the f64 values rounded once).  A row is transformed in
-per-thread scratch, split into re and im arrays:
+`Fft1d` runs a **block of W rows at once**, one row per vector lane (W = the f32 or f64 lanes of a
+register; fewer rows than that, and a block's leftover rows, run with W = 1).  The block's rows are
+transposed into per-thread scratch — point `i` of every row as one vector of re and one of im — so
+every butterfly is plain vector arithmetic with no shuffles, whatever the radix, and twiddles are
+broadcasts.  Then, for the thunk's `n`:
 
-* **n a power of two** — iterative radix-2 decimation in time: the row is scattered to bit-reversed
-  positions, then `log2 n` stages of butterflies, each stage's `n/2` twiddles contiguous in one
-  table, so the butterflies of a block run across vector lanes;
-* **n ≤ 16 otherwise** — the naive DFT, unrolled with constant twiddles;
+* **n a product of 2, 3, 5, 7, 11, 13** (every power of two, 1000 = 8·5³ …) — a mixed-radix
+  **Stockham autosort** FFT: one pass per radix (8 and 4 for powers of two, then 2, 3, 5, 7, 11, 13),
+  ping-ponging between two buffers, natural order in and out (no bit reversal).  A pass of radix `r`
+  over length `L = r·m` at stride `s` takes `a_j = x[q + s(p + jm)]`, runs the unrolled `r`-point DFT
+  and writes `y[q + s(rp + k)] = w_L^{pk} · DFT_r(a)_k`;
 * **any other n** — Bluestein: `X_k = c_k · Σ_j (x_j c_j) conj(c_{k−j})` with the chirp
-  `c_k = e^{∓πi k²/n}`, the convolution as a power-of-two FFT of size `m ≥ 2n − 1` (the same radix-2
-  code), a product with the chirp's spectrum (a table) and a second forward FFT of the conjugate.
+  `c_k = e^{∓πi k²/n}`, the convolution as two forward Stockham FFTs of a 2·3·5-smooth `m ≥ 2n − 1`
+  and a product with the chirp's spectrum.
 
-Rows run in parallel; the `norm_tag` scale (§2.16) is applied as the row is written.
+Every table (per-pass twiddles, chirps) is computed in f64 at compile time for the thunk's `n` and
+stored as a private constant global in the rows' real type (f32 rows: the f64 values rounded once).
+The passes, the transposes and the products are internal functions shared by every thunk of a module
+(run-time lengths); rows run in parallel; the `norm_tag` scale (§2.16) is applied as the rows are written.
 """
 from __future__ import annotations
 
@@ -31,11 +37,12 @@ from ..registry import lowering
 from . import vecmath as vm
 from .context import EmitContext
 from .rows import MAX, parallel_rows, reduce_row
-from .toolkit import (F32, F64, FASTMATH, I8, I32, I64, PTR, Index, carried_loop, const, iadd, imul, lane_index,
-                      scalar_of, scratch_ptr, sizeof, splat, vec, width_of, zero_bytes)
+from .toolkit import (F32, F64, FASTMATH, I8, I32, I64, PTR, Index, carried_loop, const, fconst, iadd, imul,
+                      lane_index, scratch_ptr, sizeof, splat, vec, zero_bytes)
 
-NAIVE_MAX = 16          # a length up to this that is not a power of two runs the unrolled DFT
-PAR_WORK = 1 << 15      # butterflies worth forking a thread for
+ODD_PRIMES = (3, 5, 7, 11, 13)   # odd radices with an unrolled pass; a larger prime factor → Bluestein
+PAR_WORK = 1 << 15               # butterflies worth forking a thread for
+BLOCK_BYTES = 1 << 24            # a block's two buffers stay under this (fewer lanes for huge n)
 
 Pair = tuple[ir.Value, ir.Value]   # (re, im), scalars or vectors
 
@@ -43,11 +50,6 @@ Pair = tuple[ir.Value, ir.Value]   # (re, im), scalars or vectors
 def is_pow2(n: int) -> bool:
     """Whether `n ≥ 1` is a power of two."""
     return n & (n - 1) == 0
-
-
-def bluestein_size(n: int) -> int:
-    """The power-of-two convolution length of Bluestein's algorithm: the least `m ≥ 2n − 1`."""
-    return 1 << (2 * n - 2).bit_length()
 
 
 def check_fft1d(t: T.Fft1d) -> None:
@@ -60,57 +62,35 @@ def check_fft1d(t: T.Fft1d) -> None:
         raise ValidationError(f"Fft1d rows of {t.dtype.value} are not supported (f32, f64, c64, c128)", field="dtype")
 
 
-# ── complex arithmetic on (re, im) pairs ────────────────────────────────────
+# ── plans: radices and tables, in f64 ───────────────────────────────────────
 
-def cmul(b: ir.IRBuilder, x: Pair, y: Pair) -> Pair:
-    """`x · y`."""
-    return (b.fsub(b.fmul(x[0], y[0]), b.fmul(x[1], y[1])), b.fadd(b.fmul(x[0], y[1]), b.fmul(x[1], y[0])))
-
-
-def cscale(b: ir.IRBuilder, x: Pair, s: float) -> Pair:
-    """`x · s` for a real constant `s` (nothing for 1)."""
-    if s == 1.0:
-        return x
-    c = const(scalar_of(x[0].type), s, width_of(x[0]))
-    return b.fmul(x[0], c), b.fmul(x[1], c)
-
-
-# ── constant tables ─────────────────────────────────────────────────────────
-
-@dataclass(frozen=True)
-class Table:
-    """A complex table as two arrays (re, im) of element type `ty`: private constant globals, or pointers."""
-
-    re: ir.Value
-    im: ir.Value
-    ty: ir.Type
-
-    @classmethod
-    def of(cls, ctx: EmitContext, name: str, ty: ir.Type, values: np.ndarray) -> "Table":
-        """The complex128 `values` rounded to `ty`, as globals named after the thunk's function."""
-        return cls(constant_array(ctx, f"{name}.re", ty, values.real.tolist()),
-                   constant_array(ctx, f"{name}.im", ty, values.imag.tolist()), ty)
-
-    def load(self, b: ir.IRBuilder, index: Index, width: int = 1) -> Pair:
-        """Entries `index … index + width − 1`."""
-        return tuple(b.load(b.gep(g, [I64(index) if isinstance(index, int) else index], source_etype=self.ty,
-                                  inbounds=True), typ=vec(self.ty, width), align=sizeof(self.ty))
-                     for g in (self.re, self.im))
+def radices(n: int) -> list[int] | None:
+    """The Stockham passes of `n`: 8s for its power of two (8·2 as 4·4, a lone 2 or 4 as is), then its
+    odd primes; None when a prime factor is larger than 13."""
+    twos = (n & -n).bit_length() - 1
+    eights, extra = divmod(twos, 3)
+    out = [8] * eights + {0: [], 1: [2], 2: [4]}[extra]
+    if extra == 1 and eights:
+        out[-2:] = [4, 4]
+    rest = n >> twos
+    for p in ODD_PRIMES:
+        while rest % p == 0:
+            out.append(p)
+            rest //= p
+    return out if rest == 1 else None
 
 
-def constant_array(ctx: EmitContext, name: str, ty: ir.Type, values: Sequence[float | int]) -> ir.GlobalVariable:
-    """A private constant global array of `ty` holding `values`, named after the thunk's function."""
-    aty = ir.ArrayType(ty, len(values))
-    g = ir.GlobalVariable(ctx.module, aty, name=f"{ctx.fn.name}.{name}")
-    g.global_constant, g.linkage = True, "private"
-    g.initializer = ir.Constant(aty, [ir.Constant(ty, v) for v in values])
-    return g
-
-
-def bit_reversed(m: int) -> list[int]:
-    """`rev[i]`: `i` with its `log2 m` bits reversed."""
-    bits = m.bit_length() - 1
-    return [int(format(i, f"0{bits}b")[::-1], 2) if bits else 0 for i in range(m)]
+def bluestein_size(n: int) -> int:
+    """Bluestein's convolution length: the least 2·3·5-smooth `m ≥ 2n − 1`."""
+    m = 2 * n - 1
+    while True:
+        k = m
+        for p in (2, 3, 5):
+            while k % p == 0:
+                k //= p
+        if k == 1:
+            return m
+        m += 1
 
 
 def roots(k: np.ndarray, d: int, sign: int) -> np.ndarray:
@@ -122,84 +102,148 @@ def roots(k: np.ndarray, d: int, sign: int) -> np.ndarray:
     return np.where(rest == 0, exact, z)
 
 
-def stage_twiddles(m: int) -> np.ndarray:
-    """Forward twiddles of every radix-2 stage, stage of half-size `h` at `[h − 1, 2h − 1)`: `e^{−πi j/h}`."""
-    parts = [roots(np.arange(h), 2 * h, -1) for h in (1 << s for s in range(m.bit_length() - 1))]
-    return np.concatenate(parts) if parts else np.zeros(0, complex)
+def pass_twiddles(length: int, r: int, sign: int) -> np.ndarray:
+    """The twiddles of a radix-`r` pass over `length` points: `w_L^{pk}` at `[p, k − 1]`, `k = 1 … r − 1`."""
+    p, k = np.meshgrid(np.arange(length // r), np.arange(1, r), indexing="ij")
+    return roots(p * k, length, sign).reshape(-1)
 
 
-# ── rows in the arena, split arrays in scratch ──────────────────────────────
+def chirp(n: int, sign: int) -> np.ndarray:
+    """Bluestein's `c_k = e^{sign·πi k²/n}`, `k < n` (k² taken mod 2n exactly)."""
+    k = np.arange(n, dtype=np.int64)
+    return roots((k * k) % (2 * n), 2 * n, sign)
+
+
+def chirp_spectrum(n: int, m: int, sign: int) -> np.ndarray:
+    """The forward FFT of `conj(c)` wrapped to length `m` (indices `k` and `m − k`), in f64."""
+    c = np.conj(chirp(n, sign))
+    b = np.zeros(m, complex)
+    b[:n] = c
+    b[m - n + 1:] = c[1:][::-1]
+    return np.fft.fft(b)
+
+
+# ── constant tables ─────────────────────────────────────────────────────────
+
+def constant_array(ctx: EmitContext, name: str, ty: ir.Type, values: Sequence[float | int]) -> ir.GlobalVariable:
+    """A private constant global array of `ty` holding `values`, named after the thunk's function."""
+    aty = ir.ArrayType(ty, len(values))
+    g = ir.GlobalVariable(ctx.module, aty, name=f"{ctx.fn.name}.{name}")
+    g.global_constant, g.linkage = True, "private"
+    g.initializer = ir.Constant(aty, [ir.Constant(ty, v) for v in values])
+    return g
+
+
+def complex_table(ctx: EmitContext, name: str, ty: ir.Type, values: np.ndarray) -> ir.GlobalVariable:
+    """Complex128 `values` rounded to `ty`, interleaved (re, im), as a constant global."""
+    return constant_array(ctx, name, ty, np.stack([values.real, values.imag], axis=-1).reshape(-1).tolist())
+
+
+def bit_reversed(m: int) -> list[int]:
+    """`rev[i]`: `i` with its `log2 m` bits reversed."""
+    bits = m.bit_length() - 1
+    return [int(format(i, f"0{bits}b")[::-1], 2) if bits else 0 for i in range(m)]
+
+
+# ── complex arithmetic on (re, im) pairs ────────────────────────────────────
+
+def cmul(b: ir.IRBuilder, x: Pair, y: Pair) -> Pair:
+    """`x · y`."""
+    return (b.fsub(b.fmul(x[0], y[0]), b.fmul(x[1], y[1])), b.fadd(b.fmul(x[0], y[1]), b.fmul(x[1], y[0])))
+
+
+def cadd(b: ir.IRBuilder, x: Pair, y: Pair) -> Pair:
+    return b.fadd(x[0], y[0]), b.fadd(x[1], y[1])
+
+
+def csub(b: ir.IRBuilder, x: Pair, y: Pair) -> Pair:
+    return b.fsub(x[0], y[0]), b.fsub(x[1], y[1])
+
+
+def conjugate(b: ir.IRBuilder, z: Pair) -> Pair:
+    """`conj(z)`."""
+    return z[0], b.fneg(z[1])
+
+
+def times_i(b: ir.IRBuilder, z: Pair, sign: int) -> Pair:
+    """`sign·i · z` (exact)."""
+    return (b.fneg(z[1]), z[0]) if sign > 0 else (z[1], b.fneg(z[0]))
+
+
+def rotate(b: ir.IRBuilder, z: Pair, k: int, r: int, sign: int) -> Pair:
+    """`z · e^{sign·2πi k/r}`: exact at quarter turns, two products at odd eighths."""
+    quarter, rest = divmod(4 * k % (4 * r), r)
+    if rest == 0:
+        if quarter % 2:
+            return times_i(b, z, sign if quarter == 1 else -sign)
+        return z if quarter == 0 else (b.fneg(z[0]), b.fneg(z[1]))
+    w = complex(roots(np.array([k]), r, sign)[0])
+    if 8 * k % r:
+        return cmul(b, z, (fconst(z[0], w.real), fconst(z[0], w.imag)))
+    # (±1 ± i)/√2 = ±√½·(1 + t·i), t = ±1
+    turned = cadd(b, z, times_i(b, z, 1 if w.real * w.imag > 0 else -1))
+    return scale_pair(b, turned, math.copysign(math.sqrt(0.5), w.real))
+
+
+def small_dft(b: ir.IRBuilder, a: list[Pair], sign: int) -> list[Pair]:
+    """The unrolled DFT `y_k = Σ_j a_j e^{sign·2πi jk/r}` of `r = len(a)` points: radix-2 splits with
+    exact rotations for powers of two; for odd `r` the symmetric form with the pairs `a_j ± a_{r−j}`."""
+    r = len(a)
+    if r == 1:
+        return a
+    if r % 2 == 0:
+        even, odd = small_dft(b, a[0::2], sign), small_dft(b, a[1::2], sign)
+        turned = [rotate(b, o, k, r, sign) for k, o in enumerate(odd)]
+        return [cadd(b, e, t) for e, t in zip(even, turned)] + [csub(b, e, t) for e, t in zip(even, turned)]
+    pairs = [(cadd(b, a[j], a[r - j]), csub(b, a[j], a[r - j])) for j in range(1, r // 2 + 1)]
+    out = [a[0]] * r
+    for plus, _ in pairs:
+        out[0] = cadd(b, out[0], plus)
+    for k in range(1, r // 2 + 1):   # y_k, y_{r−k} = Σ_j (a_j ± a_{r−j}) cos, ± i·sign Σ_j (a_j − a_{r−j}) sin
+        real_part, sines = a[0], []
+        for j, (plus, minus) in enumerate(pairs, 1):
+            angle = 2 * math.pi * j * k / r
+            real_part = cadd(b, real_part, scale_pair(b, plus, math.cos(angle)))
+            sines.append(scale_pair(b, minus, math.sin(angle)))
+        odd = sines[0]
+        for term in sines[1:]:
+            odd = cadd(b, odd, term)
+        turned = times_i(b, odd, sign)
+        out[k], out[r - k] = cadd(b, real_part, turned), csub(b, real_part, turned)
+    return out
+
+
+def scale_pair(b: ir.IRBuilder, z: Pair, s: float) -> Pair:
+    """`z · s` for a real constant `s`."""
+    c = fconst(z[0], s)
+    return b.fmul(z[0], c), b.fmul(z[1], c)
+
+
+# ── blocks: W rows as vector lanes in scratch ───────────────────────────────
 
 @dataclass(frozen=True)
-class Rows:
-    """`Fft1d` rows at arena `offset`: `2n` reals of `ty` each, real-block or interleaved."""
+class Block:
+    """Points of `w` rows at `ptr`: point `i` as a `<w x ty>` of re then one of im (`2w` reals)."""
 
-    offset: int
-    n: int
+    ptr: ir.Value
     ty: ir.Type
-    interleaved: bool
+    w: int
 
-    def positions(self, b: ir.IRBuilder, row: ir.Value, i: Index) -> tuple[Index, Index]:
-        """Element indices of the re and im parts of point `i` of `row`."""
-        base = imul(b, row, 2 * self.n)
-        if self.interleaved:
-            re = iadd(b, base, imul(b, i, 2))
-            return re, iadd(b, re, 1)
-        re = iadd(b, base, i)
-        return re, iadd(b, re, self.n)
+    def at(self, ctx: EmitContext, i: Index, part: int) -> ir.Value:
+        return ctx.addr(0, iadd(ctx.b, imul(ctx.b, i, 2 * self.w), part * self.w), sizeof(self.ty), base=self.ptr)
 
-    def load(self, ctx: EmitContext, row: ir.Value, i: Index) -> Pair:
-        """Point `i` of `row`."""
-        return tuple(ctx.load(self.offset, self.ty, at) for at in self.positions(ctx.b, row, i))
+    def load(self, ctx: EmitContext, i: Index) -> Pair:
+        """Point `i` of every row."""
+        return tuple(ctx.b.load(self.at(ctx, i, part), typ=vec(self.ty, self.w), align=sizeof(self.ty))
+                     for part in (0, 1))
 
-    def store(self, ctx: EmitContext, row: ir.Value, i: Index, z: Pair) -> None:
-        """Points `i …` of `row` (as many as `z` has lanes)."""
-        b, width = ctx.b, z[0].type.count if isinstance(z[0].type, ir.VectorType) else 1
-        re_at, im_at = self.positions(b, row, i)
-        if self.interleaved and width > 1:
-            pairs = ir.Constant(vec(I32, 2 * width), [k for j in range(width) for k in (j, width + j)])
-            ctx.store(self.offset, b.shuffle_vector(z[0], z[1], pairs), re_at)
-            return
-        ctx.store(self.offset, z[0], re_at)
-        ctx.store(self.offset, z[1], im_at)
+    def store(self, ctx: EmitContext, i: Index, z: Pair) -> None:
+        for part in (0, 1):
+            ctx.b.store(z[part], self.at(ctx, i, part), align=sizeof(self.ty))
 
 
-@dataclass(frozen=True)
-class Split:
-    """`m` complex values in scratch as an re array then an im array (offsets from `scratch_alloc`)."""
-
-    offset: int
-    m: Index
-    ty: ir.Type
-
-    @classmethod
-    def alloc(cls, ctx: EmitContext, m: int, ty: ir.Type) -> "Split":
-        return cls(ctx.scratch_alloc(2 * m * sizeof(ty)), m, ty)
-
-    def load(self, ctx: EmitContext, i: Index, width: int = 1, base: ir.Value | None = None) -> Pair:
-        """Points `i …` (`width` of them) of the buffer in `base` (default: this thread's scratch)."""
-        base = ctx.scratch if base is None else base
-        return (ctx.load(self.offset, self.ty, i, width, base=base),
-                ctx.load(self.offset, self.ty, iadd(ctx.b, i, self.m), width, base=base))
-
-    def store(self, ctx: EmitContext, i: Index, z: Pair, base: ir.Value | None = None) -> None:
-        """Points `i …` of the buffer in `base` (default: this thread's scratch)."""
-        base = ctx.scratch if base is None else base
-        ctx.store(self.offset, z[0], i, base=base)
-        ctx.store(self.offset, z[1], iadd(ctx.b, i, self.m), base=base)
-
-    def pointer(self, ctx: EmitContext) -> ir.Value:
-        """The buffer's address in this thread's scratch."""
-        return scratch_ptr(ctx, self.offset)
-
-    def zero(self, ctx: EmitContext) -> None:
-        zero_bytes(ctx, scratch_ptr(ctx, self.offset), 2 * self.m * sizeof(self.ty))
-
-
-# ── the radix-2 transform of a Split ────────────────────────────────────────
-
-def type_name(ty: ir.Type) -> str:
-    return "f32" if ty == F32 else "f64"
+def type_name(ty: ir.Type, w: int) -> str:
+    return ("f32" if ty == F32 else "f64") + (f"x{w}" if w > 1 else "")
 
 
 def shared_function(ctx: EmitContext, name: str, args: list[ir.Type], pointers: int,
@@ -222,166 +266,257 @@ def shared_function(ctx: EmitContext, name: str, args: list[ir.Type], pointers: 
     return fn
 
 
-def stages_function(ctx: EmitContext, ty: ir.Type) -> ir.Function:
-    """`void rlx.fft.stages.<ty>(ptr buf, ptr tw_re, ptr tw_im, i64 m, i64 log2m)`: every radix-2
-    butterfly stage, in place on a bit-reversed split buffer of `m` points (natural-order spectrum
-    after); stage `h` reads twiddles `[h − 1, 2h − 1)`.  One function per module and real type."""
-    def emit(body: EmitContext, buf, tw_re, tw_im, m, log2m) -> None:
-        emit_stages(body, Split(0, m, ty), Table(tw_re, tw_im, ty), log2m)
-    return shared_function(ctx, f"rlx.fft.stages.{type_name(ty)}", [PTR, PTR, PTR, I64, I64], 3, emit)
+def broadcast(ctx: EmitContext, table: ir.Value, ty: ir.Type, i: ir.Value, w: int) -> Pair:
+    """Complex entry `i` of an interleaved table, each part splat to `w` lanes."""
+    return tuple(splat(ctx.b, ctx.load(0, ty, iadd(ctx.b, imul(ctx.b, i, 2), part), base=table), w) for part in (0, 1))
 
 
-def emit_stages(ctx: EmitContext, buf: "Split", twiddles: "Table", log2m: ir.Value) -> None:
-    """The stage loop of `stages_function`: whole vectors of butterflies where a block holds them."""
-    b, w = ctx.b, ctx.lanes
-    with ctx.for_range(0, log2m, name="stage") as s:
-        h = b.shl(I64(1), s)
-        with ctx.for_range(0, b.lshr(buf.m, b.add(s, I64(1))), name="block") as block:
-            start = b.shl(block, b.add(s, I64(1)))
+def pass_function(ctx: EmitContext, r: int, sign: int, ty: ir.Type, w: int) -> ir.Function:
+    """`void rlx.fft.pass<r>…(ptr x, ptr y, ptr twiddles, i64 m, i64 s)`: one Stockham pass of radix
+    `r` over `L = r·m` points at stride `s`: `y[q + s(rp + k)] = w_L^{pk} · DFT_r(x[q + s(p + jm)])_k`."""
+    def emit(body: EmitContext, x, y, tw, m, s) -> None:
+        b, src, dst = body.b, Block(x, ty, w), Block(y, ty, w)
+        sm = b.mul(s, m)
+        with body.for_range(0, m, name="p") as p:
+            twiddles = [broadcast(body, tw, ty, iadd(b, imul(b, p, r - 1), k - 1), w) for k in range(1, r)]
+            first_in, first_out = b.mul(s, p), b.mul(s, imul(b, p, r))
+            with body.for_range(0, s, name="q") as q:
+                at = b.add(first_in, q)
+                a = [src.load(body, at if j == 0 else b.add(at, imul(b, sm, j))) for j in range(r)]
+                at = b.add(first_out, q)
+                for k, z in enumerate(small_dft(b, a, sign)):
+                    twisted = z if k == 0 else cmul(b, z, twiddles[k - 1])
+                    dst.store(body, at if k == 0 else b.add(at, imul(b, s, k)), twisted)
+    direction = "f" if sign < 0 else "b"
+    return shared_function(ctx, f"rlx.fft.pass{r}{direction}.{type_name(ty, w)}", [PTR, PTR, PTR, I64, I64], 3, emit)
 
-            def butterflies(width: int) -> None:
-                with ctx.for_range(0, h, width, name=f"fly{width}") as j:
-                    top = b.add(start, j)
-                    bottom = b.add(top, h)
-                    (ar, ai), (br, bi) = buf.load(ctx, top, width), buf.load(ctx, bottom, width)
-                    tr, ti = cmul(b, (br, bi), twiddles.load(b, b.add(j, b.sub(h, I64(1))), width))
-                    buf.store(ctx, top, (b.fadd(ar, tr), b.fadd(ai, ti)))
-                    buf.store(ctx, bottom, (b.fsub(ar, tr), b.fsub(ai, ti)))
-            with b.if_else(b.icmp_signed(">=", h, I64(w))) as (wide, narrow):
-                with wide:
-                    butterflies(w)
-                with narrow:
-                    butterflies(1)
+
+def transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The columns of the `w × w` matrix whose rows are `rows` (`w` vectors of `w` lanes): one round
+    of two-vector shuffles per bit, swapping that bit of the row and column index."""
+    w, rows = len(rows), list(rows)
+    bit = 1
+    while bit < w:
+        for lo in (l for l in range(w) if not l & bit):
+            a, c = rows[lo], rows[lo | bit]
+            rows[lo] = b.shuffle_vector(a, c, shuffle_mask([j if not j & bit else w + (j ^ bit) for j in range(w)]))
+            rows[lo | bit] = b.shuffle_vector(a, c, shuffle_mask([j ^ bit if not j & bit else w + j for j in range(w)]))
+        bit <<= 1
+    return rows
+
+
+def shuffle_mask(lanes: list[int]) -> ir.Constant:
+    return ir.Constant(vec(I32, len(lanes)), lanes)
 
 
 @dataclass(frozen=True)
-class Radix2:
-    """The power-of-two FFT of `m` points: bit-reversal and stage twiddle tables, the shared stages."""
+class RowLayout:
+    """Where point `i`'s re and im sit in a row of `2n` reals: interleaved pairs or real-block halves."""
 
-    m: int
-    rev: ir.GlobalVariable
-    twiddles: Table
+    interleaved: bool
 
-    @classmethod
-    def of(cls, ctx: EmitContext, name: str, m: int, ty: ir.Type, inverse: bool = False) -> "Radix2":
-        """The tables for `m` points (the inverse's twiddles are the conjugates)."""
-        tw = stage_twiddles(m)
-        return cls(m, constant_array(ctx, f"{name}.rev", I32, bit_reversed(m)),
-                   Table.of(ctx, f"{name}.tw", ty, np.conj(tw) if inverse else tw))
+    def parts(self, b: ir.IRBuilder, n: ir.Value, i: Index) -> tuple[Index, Index]:
+        if self.interleaved:
+            re = imul(b, i, 2)
+            return re, iadd(b, re, 1)
+        return i, iadd(b, i, n)
 
-    def reversed_index(self, b: ir.IRBuilder, i: ir.Value) -> ir.Value:
-        """`rev[i]` as i64."""
-        at = b.gep(self.rev, [i], source_etype=I32, inbounds=True)
-        return b.zext(b.load(at, typ=I32, align=4), I64)
+    def load_run(self, ctx: EmitContext, row: ir.Value, ty: ir.Type, n: ir.Value, i: ir.Value, w: int) -> Pair:
+        """Points `i … i + w − 1` of the row at `row` as (re lanes, im lanes)."""
+        b = ctx.b
+        if not self.interleaved:
+            return tuple(ctx.load(0, ty, at, w, base=row) for at in self.parts(b, n, i))
+        pairs = ctx.load(0, ty, imul(b, i, 2), 2 * w, base=row)
+        return tuple(b.shuffle_vector(pairs, ir.Constant(pairs.type, None), shuffle_mask(list(range(part, 2 * w, 2))))
+                     for part in (0, 1))
 
-    def scatter(self, ctx: EmitContext, count: int, point: Callable[[ir.Value], Pair], buf: Split) -> None:
-        """`buf[rev[i]] = point(i)` for `i < count`."""
-        with ctx.for_range(0, count, name="scatter") as i:
-            buf.store(ctx, self.reversed_index(ctx.b, i), point(i))
+    def store_run(self, ctx: EmitContext, row: ir.Value, n: ir.Value, i: ir.Value, z: Pair) -> None:
+        """Points `i …` (as many as `z` has lanes) of the row at `row`."""
+        b, w = ctx.b, z[0].type.count
+        if not self.interleaved:
+            for part, at in zip(z, self.parts(b, n, i)):
+                ctx.store(0, part, at, base=row)
+            return
+        pairs = b.shuffle_vector(z[0], z[1], shuffle_mask([k for j in range(w) for k in (j, w + j)]))
+        ctx.store(0, pairs, imul(b, i, 2), base=row)
 
-    def stages(self, ctx: EmitContext, buf: Split) -> None:
-        """Every butterfly stage on bit-reversed `buf` (a call of the module's shared stage function)."""
-        fn = stages_function(ctx, buf.ty)
-        ctx.b.call(fn, [buf.pointer(ctx), self.twiddles.re, self.twiddles.im, I64(self.m),
-                        I64(self.m.bit_length() - 1)])
+
+def block_rows(ctx: EmitContext, first: ir.Value, ty: ir.Type, n: ir.Value, w: int) -> list[ir.Value]:
+    """The addresses of `w` consecutive rows of `2n` reals from `first`."""
+    return [first if l == 0 else ctx.addr(0, ctx.b.mul(n, I64(2 * l)), sizeof(ty), base=first) for l in range(w)]
+
+
+def whole_runs(b: ir.IRBuilder, n: ir.Value, w: int) -> ir.Value:
+    """Where the runs of `w` points end (`n` rounded down to a multiple of `w`; 0 for one lane)."""
+    return b.and_(n, I64(-w)) if w > 1 else I64(0)
+
+
+def gather_function(ctx: EmitContext, layout: RowLayout, ty: ir.Type, w: int) -> ir.Function:
+    """`void rlx.fft.gather…(ptr rows, ptr block, i64 n)`: `w` consecutive rows (`2n` reals apart) into a
+    block, whole runs of `w` points as a load per row and a transpose."""
+    def emit(body: EmitContext, rows, block, n) -> None:
+        b, out = body.b, Block(block, ty, w)
+        row, whole = block_rows(body, rows, ty, n, w), whole_runs(b, n, w)
+        if w > 1:
+            with body.for_range(0, whole, w, name="run") as i:
+                runs = [layout.load_run(body, row[l], ty, n, i, w) for l in range(w)]
+                columns = [transpose(b, [run[part] for run in runs]) for part in (0, 1)]
+                for j in range(w):
+                    out.store(body, iadd(b, i, j), (columns[0][j], columns[1][j]))
+        with body.for_range(whole, n, name="point") as i:
+            point = [[body.load(0, ty, at, base=row[l]) for at in layout.parts(b, n, i)] for l in range(w)]
+            out.store(body, i, tuple(lanes_of(b, [p[part] for p in point]) for part in (0, 1)))
+    kind = "pairs" if layout.interleaved else "halves"
+    return shared_function(ctx, f"rlx.fft.gather.{kind}.{type_name(ty, w)}", [PTR, PTR, I64], 2, emit)
+
+
+def scatter_function(ctx: EmitContext, layout: RowLayout, ty: ir.Type, w: int) -> ir.Function:
+    """`void rlx.fft.scatter…(ptr block, ptr rows, i64 n, ty scale)`: a block back into `w` rows, each
+    point times `scale` (the inverse of the gather)."""
+    def emit(body: EmitContext, block, rows, n, scale) -> None:
+        b, src, factor = body.b, Block(block, ty, w), splat(body.b, scale, w)
+        row, whole = block_rows(body, rows, ty, n, w), whole_runs(b, n, w)
+        if w > 1:
+            with body.for_range(0, whole, w, name="run") as i:
+                points = [scale_by(b, src.load(body, iadd(b, i, j)), factor) for j in range(w)]
+                runs = [transpose(b, [p[part] for p in points]) for part in (0, 1)]
+                for l in range(w):
+                    layout.store_run(body, row[l], n, i, (runs[0][l], runs[1][l]))
+        with body.for_range(whole, n, name="point") as i:
+            z = scale_by(b, src.load(body, i), factor)
+            for l in range(w):
+                for part, at in zip(z, layout.parts(b, n, i)):
+                    body.store(0, part if w == 1 else b.extract_element(part, I32(l)), at, base=row[l])
+    kind = "pairs" if layout.interleaved else "halves"
+    return shared_function(ctx, f"rlx.fft.scatter.{kind}.{type_name(ty, w)}", [PTR, PTR, I64, ty], 2, emit)
+
+
+def lanes_of(b: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
+    """Scalars as one vector (the scalar itself for one)."""
+    if len(values) == 1:
+        return values[0]
+    v = ir.Constant(vec(values[0].type, len(values)), None)
+    for l, x in enumerate(values):
+        v = b.insert_element(v, x, I32(l))
+    return v
+
+
+def scale_by(b: ir.IRBuilder, z: Pair, factor: ir.Value) -> Pair:
+    return b.fmul(z[0], factor), b.fmul(z[1], factor)
+
+
+def product_function(ctx: EmitContext, ty: ir.Type, w: int, conj_in: bool, conj_out: bool) -> ir.Function:
+    """`void rlx.fft.product…(ptr block, ptr table, i64 count)`: `x_i ← [conj] ([conj] x_i · t_i)` in place
+    for `i < count` (Bluestein's chirp and spectrum products)."""
+    def emit(body: EmitContext, block, table, count) -> None:
+        b, x = body.b, Block(block, ty, w)
+        with body.for_range(0, count, name="i") as i:
+            z = x.load(body, i)
+            z = cmul(b, conjugate(b, z) if conj_in else z, broadcast(body, table, ty, i, w))
+            x.store(body, i, conjugate(b, z) if conj_out else z)
+    flags = ("c" if conj_in else "") + ("C" if conj_out else "")
+    return shared_function(ctx, f"rlx.fft.product{flags}.{type_name(ty, w)}", [PTR, PTR, I64], 2, emit)
 
 
 # ── Fft1d ───────────────────────────────────────────────────────────────────
 
-def dft_function(ctx: EmitContext, ty: ir.Type) -> ir.Function:
-    """`void rlx.fft.dft.<ty>(ptr x, ptr y, ptr w_re, ptr w_im, i64 n)`: the naive DFT
-    `y_k = Σ_j x_j w[jk mod n]` of split buffers of `n` points.  One function per module and real type."""
-    def emit(body: EmitContext, x_ptr, y_ptr, w_re, w_im, n) -> None:
-        b, x, y, w = body.b, Split(0, n, ty), Split(0, n, ty), Table(w_re, w_im, ty)
-        zero = ir.Constant(ty, 0.0)
-        with body.for_range(0, n, name="k") as k:
-            def term(j: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-                p = cmul(b, x.load(body, j, base=x_ptr), w.load(b, b.urem(b.mul(j, k), n)))
-                return [b.fadd(acc[0], p[0]), b.fadd(acc[1], p[1])]
-            y.store(body, k, tuple(carried_loop(body, 0, n, 1, [zero, zero], term, name="j")), base=y_ptr)
-    return shared_function(ctx, f"rlx.fft.dft.{type_name(ty)}", [PTR, PTR, PTR, PTR, I64], 4, emit)
+@dataclass(frozen=True)
+class Stockham:
+    """A Stockham FFT of `n` points: its radices and one twiddle table per pass."""
+
+    n: int
+    radices: tuple[int, ...]
+    sign: int
+    tables: tuple[ir.GlobalVariable, ...]
+
+    @classmethod
+    def of(cls, ctx: EmitContext, name: str, n: int, rs: list[int], sign: int, ty: ir.Type) -> "Stockham":
+        tables, length = [], n
+        for i, r in enumerate(rs):
+            tables.append(complex_table(ctx, f"{name}.tw{i}", ty, pass_twiddles(length, r, sign)))
+            length //= r
+        return cls(n, tuple(rs), sign, tuple(tables))
+
+    def run(self, ctx: EmitContext, x: ir.Value, y: ir.Value, ty: ir.Type, w: int) -> tuple[ir.Value, ir.Value]:
+        """The passes from block `x` (`y` the other buffer): (buffer holding the spectrum, the other)."""
+        length, stride = self.n, 1
+        for r, table in zip(self.radices, self.tables):
+            length //= r
+            ctx.b.call(pass_function(ctx, r, self.sign, ty, w), [x, y, table, I64(length), I64(stride)])
+            x, y, stride = y, x, stride * r
+        return x, y
 
 
-def chirp(n: int, sign: int) -> np.ndarray:
-    """Bluestein's `c_k = e^{sign·πi k²/n}`, `k < n` (k² taken mod 2n exactly)."""
-    k = np.arange(n, dtype=np.int64)
-    return roots((k * k) % (2 * n), 2 * n, sign)
+def lane_width(t: T.Fft1d, lanes: int) -> int:
+    """Rows per block: the register's lanes of the row type, at most the row count (a power of two)
+    and few enough that the block's two buffers stay under BLOCK_BYTES."""
+    size = np.dtype(REAL[t.dtype]).itemsize
+    w = lanes * 4 // size
+    while w > 1 and (w > t.outer or 2 * points(t.n_complex) * 2 * w * size > BLOCK_BYTES):
+        w //= 2
+    return w
 
 
-def chirp_spectrum(n: int, m: int, sign: int) -> np.ndarray:
-    """The forward FFT of `conj(c)` wrapped to length `m` (indices `k` and `m − k`), in f64."""
-    c = np.conj(chirp(n, sign))
-    b = np.zeros(m, complex)
-    b[:n] = c
-    b[m - n + 1:] = c[1:][::-1]
-    return np.fft.fft(b)
+def points(n: int) -> int:
+    """The points a row's buffers hold: `n`, or Bluestein's `m`."""
+    return n if radices(n) is not None else bluestein_size(n)
 
 
-def fft1d_rows(ctx: EmitContext, t: T.Fft1d) -> Callable[[EmitContext, ir.Value], None]:
-    """The tables of `t`'s transform (in `ctx`'s module) and the emitter of one row."""
+def fft1d_blocks(ctx: EmitContext, t: T.Fft1d) -> Callable[[EmitContext, ir.Value, int, tuple[int, int]], None]:
+    """The tables of `t`'s transform (in `ctx`'s module) and the emitter of one block of rows."""
     n, ty = t.n_complex, F64 if REAL[t.dtype] is np.float64 else F32
-    rows, out = (Rows(off, n, ty, interleaved(t.dtype)) for off in (t.src, t.dst))
+    size, layout = sizeof(ty), RowLayout(interleaved(t.dtype))
     sign, scale = (1 if t.inverse else -1), norm_scale(t.norm_tag, t.inverse, n)
-    if is_pow2(n):
-        fft = Radix2.of(ctx, "fft", n, ty, t.inverse)
+    rs = radices(n)
+    if rs is not None:
+        fft = Stockham.of(ctx, "fft", n, rs, sign, ty)
+    else:
+        m = bluestein_size(n)
+        fft = Stockham.of(ctx, "conv", m, radices(m), -1, ty)
+        c = complex_table(ctx, "chirp", ty, chirp(n, sign))
+        spectrum = complex_table(ctx, "chirp_fft", ty, chirp_spectrum(n, m, sign))
 
-        def radix2_row(sub: EmitContext, row: ir.Value) -> None:
-            buf = Split.alloc(sub, n, ty)
-            fft.scatter(sub, n, lambda i: rows.load(sub, row, i), buf)
-            fft.stages(sub, buf)
-            sub.vector_loop(n, lambda k, w: out.store(sub, row, k, cscale(sub.b, buf.load(sub, k, w), scale)))
-        return radix2_row
-    if n <= NAIVE_MAX:
-        twiddles = Table.of(ctx, "dft", ty, roots(np.arange(n), n, sign))
-
-        def naive_row(sub: EmitContext, row: ir.Value) -> None:
-            x, y = Split.alloc(sub, n, ty), Split.alloc(sub, n, ty)
-            with sub.for_range(0, n, name="load") as i:
-                x.store(sub, i, rows.load(sub, row, i))
-            sub.b.call(dft_function(sub, ty), [x.pointer(sub), y.pointer(sub), twiddles.re, twiddles.im, I64(n)])
-            sub.vector_loop(n, lambda k, w: out.store(sub, row, k, cscale(sub.b, y.load(sub, k, w), scale)))
-        return naive_row
-    m = bluestein_size(n)
-    fft = Radix2.of(ctx, "conv", m, ty)
-    c = Table.of(ctx, "chirp", ty, chirp(n, sign))
-    spectrum = Table.of(ctx, "chirp_fft", ty, chirp_spectrum(n, m, sign))
-
-    def bluestein_row(sub: EmitContext, row: ir.Value) -> None:
+    def block(sub: EmitContext, row: ir.Value, w: int, buffers: tuple[int, int]) -> None:
         b = sub.b
-        a, y = Split.alloc(sub, m, ty), Split.alloc(sub, m, ty)
-        a.zero(sub)
-        fft.scatter(sub, n, lambda i: cmul(b, rows.load(sub, row, i), c.load(b, i)), a)
-        fft.stages(sub, a)
-        # the inverse FFT of A·B as conj(FFT(conj(A·B))): conjugate into y's bit-reversed slots
-        fft.scatter(sub, m, lambda k: conjugate(b, cmul(b, a.load(sub, k), spectrum.load(b, k))), y)
-        fft.stages(sub, y)
-
-        def finish(k: ir.Value, w: int) -> None:
-            z = conjugate(b, y.load(sub, k, w))
-            out.store(sub, row, k, cscale(b, cmul(b, c.load(b, k, w), z), scale / m))
-        sub.vector_loop(n, finish)
-    return bluestein_row
-
-
-def conjugate(b: ir.IRBuilder, z: Pair) -> Pair:
-    """`conj(z)`."""
-    return z[0], b.fneg(z[1])
+        x, y = (scratch_ptr(sub, off) for off in buffers)
+        src, dst = (sub.addr(off, imul(b, row, 2 * n), size) for off in (t.src, t.dst))
+        b.call(gather_function(sub, layout, ty, w), [src, x, I64(n)])
+        if rs is not None:
+            x, y = fft.run(sub, x, y, ty, w)
+            b.call(scatter_function(sub, layout, ty, w), [x, dst, I64(n), ir.Constant(ty, scale)])
+            return
+        b.call(product_function(sub, ty, w, False, False), [x, c, I64(n)])
+        zero_bytes(sub, sub.addr(0, 2 * n * w, size, base=x), 2 * (fft.n - n) * w * size)
+        x, y = fft.run(sub, x, y, ty, w)
+        b.call(product_function(sub, ty, w, False, True), [x, spectrum, I64(fft.n)])
+        x, y = fft.run(sub, x, y, ty, w)
+        b.call(product_function(sub, ty, w, True, False), [x, c, I64(n)])
+        b.call(scatter_function(sub, layout, ty, w), [x, dst, I64(n), ir.Constant(ty, scale / fft.n)])
+    return block
 
 
 def butterflies(n: int) -> int:
     """About how many butterflies one row of `n` points costs."""
-    m = n if is_pow2(n) or n <= NAIVE_MAX else bluestein_size(n)
+    m = points(n)
     return max(1, m * max(1, m.bit_length() - 1) // 2) * (1 if m == n else 2)
 
 
 @lowering(T.Fft1d, check=check_fft1d)
 def fft1d(ctx: EmitContext, t: T.Fft1d) -> None:
-    row_fn = fft1d_rows(ctx, t)
+    """Blocks of `w` rows as vector lanes, the leftover rows of a chunk one at a time; chunks across threads."""
+    block, w = fft1d_blocks(ctx, t), lane_width(t, ctx.lanes)
+    nbytes = 2 * points(t.n_complex) * w * np.dtype(REAL[t.dtype]).itemsize
 
     def chunk(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        with sub.for_range(start, stop, name="row") as row:
-            row_fn(sub, row)
-    ctx.parallel_for(t.outer, chunk, grain=1, min_work=max(1, PAR_WORK // butterflies(t.n_complex)))
+        b = sub.b
+        buffers = (sub.scratch_alloc(nbytes), sub.scratch_alloc(nbytes))
+        whole = b.add(start, b.and_(b.sub(stop, start), I64(-w)))
+        with sub.for_range(start, whole, w, name="block") as row:
+            block(sub, row, w, buffers)
+        if w > 1:
+            with sub.for_range(whole, stop, name="row") as row:
+                block(sub, row, 1, buffers)
+    ctx.parallel_for(t.outer, chunk, grain=w, min_work=max(1, PAR_WORK // butterflies(t.n_complex)))
 
 
 # ── LogMel, LogMelBackward ───────────────────────────────────────────────────

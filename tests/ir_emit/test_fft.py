@@ -1,12 +1,15 @@
 """The FFT family: Fft1d in one compiled program.
 
-* Every n in 1…64 and 100, 127, 256, 1000, 1024, 4096 (radix-2, the naive DFT and Bluestein), each in
-  both directions — an f32-real row type one way, an f64 one the other — the norms and row layouts
-  rotating; every (row type, direction, norm) at n = 100.  Against `numpy.fft` with the
+* Every n in 1…64 and 100, 127, 256, 360, 1000, 1024, 2187, 3125, 4096 (Stockham passes of radix 8, 4, 2,
+  3, 5, 7, 11, 13, and Bluestein for the other primes), each in both directions — an f32-real row type one
+  way, an f64 one the other — the norms and row layouts rotating, W + 1 rows (a block of vector lanes and
+  a row on its own); every (row type, direction, norm) at n = 100.  Against `numpy.fft` with the
   norm mapped from §2.16 written out here (not the reference's), f32 rows within 1e-5·log2(n)·max|X|,
   f64 rows within 1e-12·max|X|; and against the reference like every family.
 * Hand examples of the sign convention (an impulse at 1) and of the norms (ifft(fft(x)) = N·x for Backward).
-* Rows split across threads (1 and 2 threads give the same bytes).
+* Rows split across threads (1 and 2 threads give the same bytes); a row gives the same bytes as a vector
+  lane and on its own.
+* The plan: the radices multiply to n, and only n with a prime factor above 13 go to Bluestein.
 * Bad input: n = 0, an unknown norm tag, an integer row type, each buffer one byte past the arena.
 
 LogMel / LogMelBackward in the same program: Whisper's shape (n_fft 400, 201 bins, 80 mels) split across
@@ -28,7 +31,8 @@ from rlx_llvm.dtypes import DType
 from rlx_llvm.reference.fft import REAL
 from tests.harness import W, Suite, assert_close, expect_invalid, suite_tests
 
-NS = [*range(1, 65), 100, 127, 256, 1000, 1024, 4096]
+NS = [*range(1, 65), 100, 127, 256, 360, 1000, 1024, 2187, 3125, 4096]
+OUTER = W + 1   # rows per sweep case: a whole block of f32 (and two of f64) vector lanes, then a row alone
 F32_ROWS, F64_ROWS = (DType.F32, DType.C64), (DType.F64, DType.C128)
 COMBOS = list(itertools.product((*F32_ROWS, *F64_ROWS), (False, True), (0, 1, 2)))
 
@@ -63,9 +67,10 @@ def spectrum_close(t: T.Fft1d):
 INPUTS: dict[str, np.ndarray] = {}
 
 
-def add_fft(s: Suite, n: int, dtype: DType, inverse: bool, norm: int, outer: int = 2, name: str = "") -> str:
+def add_fft(s: Suite, n: int, dtype: DType, inverse: bool, norm: int, outer: int = 2, name: str = "",
+            same_rows: bool = False) -> str:
     real = REAL[dtype]
-    x = s.normal(2 * outer * n, dtype=real)
+    x = np.tile(s.normal(2 * n, dtype=real), outer) if same_rows else s.normal(2 * outer * n, dtype=real)
     dst, o = s.out(real, 2 * outer * n)
     t = T.Fft1d(src=s.put(x), dst=dst, outer=outer, n_complex=n, inverse=inverse, norm_tag=norm, dtype=dtype)
     name = name or f"n{n}-{dtype.value}-{'inv' if inverse else 'fwd'}-norm{norm}-x{outer}"
@@ -78,8 +83,10 @@ def build() -> Suite:
     s = Suite(13)
     for i, n in enumerate(NS):
         inverse = bool(i % 2)
-        add_fft(s, n, F32_ROWS[i % 2], inverse, i % 3)
-        add_fft(s, n, F64_ROWS[(i // 2) % 2], not inverse, (i + 1) % 3)
+        add_fft(s, n, F32_ROWS[i % 2], inverse, i % 3, outer=OUTER)
+        add_fft(s, n, F64_ROWS[(i // 2) % 2], not inverse, (i + 1) % 3, outer=OUTER)
+    for n, dtype in ((1000, DType.C64), (127, DType.F64)):
+        add_fft(s, n, dtype, False, 0, outer=OUTER, name=f"same-rows-n{n}-{dtype.value}", same_rows=True)
     for n in (100,):
         for dtype, inverse, norm in COMBOS:
             add_fft(s, n, dtype, inverse, norm, outer=1, name=f"grid-n{n}-{dtype.value}-{inverse}-{norm}")
@@ -234,6 +241,38 @@ def test_backward_norm_round_trip(outcome) -> None:
     inv = np.fft.ifft(as_complex(fwd, DType.C128, 100), norm="forward")
     x = as_complex(INPUTS["grid-n100-c128-False-0"], DType.C128, 100)
     np.testing.assert_allclose(inv, 100 * x, rtol=0, atol=1e-11 * np.abs(100 * x).max())
+
+
+def test_a_row_gives_the_same_bytes_as_a_lane_and_alone(outcome) -> None:
+    """W + 1 copies of one row: the block's vector lanes and the last row, run on its own, agree bit for bit."""
+    for name in ("same-rows-n1000-c64", "same-rows-n127-f64"):
+        rows = outcome.output(name).reshape(OUTER, -1)
+        assert all(row.tobytes() == rows[0].tobytes() for row in rows), name
+
+
+def largest_prime_factor(n: int) -> int:
+    p, largest = 2, 1
+    while n > 1:
+        while n % p == 0:
+            n, largest = n // p, p
+        p += 1
+    return largest
+
+
+@pytest.mark.parametrize("n", [*range(1, 65), 101, 127, 360, 1000, 1024, 2187, 3125, 4096, 4099])
+def test_plan_is_mixed_radix_unless_a_prime_factor_is_large(n: int) -> None:
+    """Stockham passes multiplying to n (a power of two ≥ 4 in ⌈log2(n)/3⌉ passes of radix 8 and 4);
+    Bluestein exactly when a prime
+    factor exceeds 13, its convolution length ≥ 2n − 1 and itself mixed radix."""
+    from rlx_llvm.ir_emit.fft import bluestein_size, radices
+    rs = radices(n)
+    if largest_prime_factor(n) > 13:
+        m = bluestein_size(n)
+        assert rs is None and m >= 2 * n - 1 and radices(m) is not None
+        return
+    assert math.prod(rs) == n
+    if n & (n - 1) == 0 and n >= 4:
+        assert set(rs) <= {4, 8} and len(rs) == -(-(n.bit_length() - 1) // 3)
 
 
 # ── bad input ────────────────────────────────────────────────────────────────
