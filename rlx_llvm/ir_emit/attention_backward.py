@@ -11,24 +11,29 @@ O(kv_seq·head_dim) however long the sequence):
     dS = P ⊙ (dP − rowsum(P ⊙ dP))          one vector pass per row
     dV += Pᵀ·dY,  dK += dSᵀ·Q/√D,  dQ = dS·K/√D     register tiles (β = 1 for the sums over blocks)
 
+The register tiles are this module's `gemm`: every stride a compile-time constant, MR × 2 vectors
+of C in SSA registers across k, emitted inline.  Under Causal/Sliding each block's products stop at
+its last visible key (rounded up to whole tiles): the keys after it have P = 0 exactly.
 The score, mask and softmax steps are the forward `Attention`'s own helpers on the equivalent
 Attention thunk (`scale = 1/√head_dim`, no soft-cap, K/V heads = heads).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
 from .. import thunks as T
-from ..ops import AttentionBwdWrt
+from ..ops import AttentionBwdWrt, MaskKind
 from ..reference.attention_backward import effective_mask, score_scale
 from ..registry import lowering
-from .attention import BLOCK_BYTES, PARALLEL_MIN_FLOPS, _masks, _scratch_at, _softmax_row, _transpose_keys
+from .attention import (BLOCK_BYTES, CAUSAL_BLOCK, PARALLEL_MIN_FLOPS, _masks, _scratch_at, _softmax_row,
+                        _transpose_keys, _visible_keys)
 from .context import EmitContext
 from .rows import SUM, reduce_row
-from .toolkit import (F32, FASTMATH, I1, I8, I64, as_value, carried_loop, const, iadd, imul, load_lanes, splat,
-                      store_lanes, suffix, vector_registers)
+from .toolkit import (F32, FASTMATH, I1, I8, I64, as_value, carried_loop, const, iadd, imul, lane_index, load_lanes,
+                      splat, store_lanes, suffix, vector_registers)
 
 GRADS = ("dq", "dk", "dv")
 
@@ -79,6 +84,8 @@ def _units(ctx: EmitContext, t, a: T.Attention, outs: dict, start: ir.Value, sto
     hd, kv = t.head_dim, t.kv_seq
     need_ds = "dq" in outs or "dk" in outs
     qb = max(1, min(t.seq, BLOCK_BYTES // (4 * kv)))
+    if a.mask_kind == MaskKind.Causal or isinstance(a.mask_kind, MaskKind.SlidingWindow):
+        qb = min(qb, CAUSAL_BLOCK)  # finer blocks skip more of the invisible keys
     kt = ctx.scratch_alloc(4 * hd * kv)
     vt = ctx.scratch_alloc(4 * hd * kv) if need_ds else None
     p = ctx.scratch_alloc(4 * qb * kv)
@@ -136,31 +143,55 @@ class _Unit:
         qrow = iadd(b, self.q0, imul(b, i0, step))
         q, dy = Mat(ctx.addr(t.q, qrow, 4), step), Mat(ctx.addr(t.dy, qrow, 4), step)
         p = Mat(_scratch_at(ctx, self.p), kv)
-        gemm(ctx, rows, kv, hd, q, Mat(_scratch_at(ctx, self.kt), kv), p, scale)
-        with ctx.for_range(0, rows, name="prow") as r:
+        keys = _key_limit(ctx, a, i0, rows)
+        gemm(ctx, rows, keys, hd, q, Mat(_scratch_at(ctx, self.kt), kv), p, scale)
+        with ctx.for_range(0, rows, name="prow") as r:  # whole rows: Causal/Sliding overwrite the unscored keys
             row = p.at(b, r, 0)
             _masks(ctx, a, row, self.bi, self.u, iadd(b, i0, r))
             rinv = _softmax_row(ctx, kv, row)
             ctx.vector_loop(kv, lambda j, w: ctx.store(0, b.fmul(ctx.load(0, F32, j, w, base=row), splat(b, rinv, w),
                                                                  flags=FASTMATH), j, base=row), name="norm")
         if "dv" in outs:
-            gemm(ctx, kv, hd, rows, p.T, dy, Mat(ctx.addr(outs["dv"], self.k0, 4), step), 1.0, beta=1.0)
+            gemm(ctx, keys, hd, rows, p.T, dy, Mat(ctx.addr(outs["dv"], self.k0, 4), step), 1.0, beta=1.0)
         if self.ds is None:
             return
         ds = Mat(_scratch_at(ctx, self.ds), kv)
-        gemm(ctx, rows, kv, hd, dy, Mat(_scratch_at(ctx, self.vt), kv), ds, 1.0)
+        gemm(ctx, rows, keys, hd, dy, Mat(_scratch_at(ctx, self.vt), kv), ds, 1.0)
         with ctx.for_range(0, rows, name="dsrow") as r:
-            prow, drow = p.at(b, r, 0), ds.at(b, r, 0)
-            pj = lambda j, w: ctx.load(0, F32, j, w, base=prow)
-            dj = lambda j, w: ctx.load(0, F32, j, w, base=drow)
-            (dot,) = reduce_row(ctx, kv, lambda j, w: (b.fmul(pj(j, w), dj(j, w), flags=FASTMATH),), [SUM])
-            ctx.vector_loop(kv, lambda j, w: ctx.store(0, b.fmul(pj(j, w), b.fsub(dj(j, w), splat(b, dot, w)),
-                                                                 flags=FASTMATH), j, base=drow), name="ds")
+            _ds_row(ctx, kv, p.at(b, r, 0), ds.at(b, r, 0), keys)
         if "dk" in outs:
-            gemm(ctx, kv, hd, rows, ds.T, q, Mat(ctx.addr(outs["dk"], self.k0, 4), step), scale, beta=1.0)
+            gemm(ctx, keys, hd, rows, ds.T, q, Mat(ctx.addr(outs["dk"], self.k0, 4), step), scale, beta=1.0)
         if "dq" in outs:
-            gemm(ctx, rows, hd, kv, ds, Mat(ctx.addr(t.k, self.k0, 4), step), Mat(ctx.addr(outs["dq"], qrow, 4), step),
+            gemm(ctx, rows, hd, keys, ds, Mat(ctx.addr(t.k, self.k0, 4), step), Mat(ctx.addr(outs["dq"], qrow, 4), step),
                  scale)
+
+
+def _key_limit(ctx: EmitContext, a: T.Attention, i0, rows: int) -> Dim:
+    """The keys a block of query rows needs: all `kv_seq`, or under Causal/Sliding the visible ones
+    rounded up to `key_granule` (the rest have P = 0 exactly and add nothing to any gradient)."""
+    keys = _visible_keys(ctx, a, i0, rows)
+    if keys is None:
+        return a.kv_seq
+    b, g = ctx.b, key_granule(ctx.lanes)
+    up = b.mul(b.udiv(b.add(keys, I64(g - 1)), I64(g)), I64(g))
+    return Upto(a.kv_seq, b.select(b.icmp_signed("<", up, I64(a.kv_seq)), up, I64(a.kv_seq)))
+
+
+def _ds_row(ctx: EmitContext, kv: int, prow: ir.Value, drow: ir.Value, keys: Dim) -> None:
+    """`dS = P ⊙ (dP − Σ P⊙dP)` in place of dP's row; only the first `keys` columns of dP were computed,
+    so the sum leaves the others out (their P is 0, their dP stale) and their dS is never read."""
+    b = ctx.b
+    pj = lambda j, w: ctx.load(0, F32, j, w, base=prow)
+    dj = lambda j, w: ctx.load(0, F32, j, w, base=drow)
+
+    def term(j, w):
+        x = b.fmul(pj(j, w), dj(j, w), flags=FASTMATH)
+        if isinstance(keys, Upto):
+            x = b.select(b.icmp_signed("<", lane_index(b, j, w), splat(b, keys.count, w)), x, const(F32, 0.0, w))
+        return (x,)
+    (dot,) = reduce_row(ctx, kv, term, [SUM])
+    ctx.vector_loop(kv, lambda j, w: ctx.store(0, b.fmul(pj(j, w), b.fsub(dj(j, w), splat(b, dot, w)), flags=FASTMATH),
+                                               j, base=drow), name="ds")
 
 
 # ── register-tile GEMM with compile-time strides ────────────────────────────
@@ -191,26 +222,49 @@ def tile_shape(lanes: int) -> tuple[int, int]:
     return (vector_registers(lanes) - nv - 2) // nv, nv
 
 
-def gemm(ctx: EmitContext, m: int, n: int, k: int, a: Mat, bm: Mat, c: Mat, alpha: float, beta: float = 0.0) -> None:
+@dataclass(frozen=True)
+class Upto:
+    """The first `count` (run time) of a dim of `total`: `count` is `total` or a multiple of the
+    tile steps along it (`key_granule`), so only whole tiles are skipped."""
+
+    total: int
+    count: ir.Value
+
+
+Dim = "int | Upto"
+
+
+def gemm(ctx: EmitContext, m: Dim, n: Dim, k: Dim, a: Mat, bm: Mat, c: Mat, alpha: float, beta: float = 0.0) -> None:
     """`C[m, n] = α·A·B (+ C when β = 1)`: column panels of `NV·W`, each swept by row tiles of MR whose
     MR × NV accumulators stay in registers across k (B and C rows contiguous)."""
-    w = ctx.lanes
-    mr, nv = tile_shape(w)
-    pw = nv * w
-    b = ctx.b
+    mr, nv = tile_shape(ctx.lanes)
+    kk = k.count if isinstance(k, Upto) else k
+    _sweep(ctx, n, nv * ctx.lanes, "npanel", lambda col, width: _sweep(
+        ctx, m, mr, "mtile", lambda row0, rows: _tile(ctx, row0, col, rows, width, kk, a, bm, c, alpha, beta)))
 
-    def panel(col, width: int) -> None:
-        full, rest = m // mr, m % mr
-        if full:
-            with ctx.for_range(0, full, name="mtile") as t:
-                _tile(ctx, imul(b, t, mr), col, mr, width, k, a, bm, c, alpha, beta)
-        if rest:
-            _tile(ctx, I64(full * mr), col, rest, width, k, a, bm, c, alpha, beta)
-    if n // pw:
-        with ctx.for_range(0, n // pw, name="npanel") as j:
-            panel(imul(b, j, pw), pw)
-    if n % pw:
-        panel(I64(n - n % pw), n % pw)
+
+def _sweep(ctx: EmitContext, dim: Dim, step: int, name: str, body) -> None:
+    """`body(start, size)` over tiles of `step` (the last one `dim % step`) covering `dim`."""
+    b = ctx.b
+    total, limit = (dim.total, dim.count) if isinstance(dim, Upto) else (dim, None)
+    full, rest = total // step, total % step
+    if full:
+        count = I64(full) if limit is None else b.udiv(b.add(limit, I64(step - 1)), I64(step))
+        if limit is not None:
+            count = b.select(b.icmp_signed("<", count, I64(full)), count, I64(full))
+        with ctx.for_range(0, count, name=name) as t:
+            body(imul(b, t, step), step)
+    if rest and limit is None:
+        body(I64(full * step), rest)
+    elif rest:
+        with b.if_then(b.icmp_signed(">", limit, I64(full * step))):
+            body(I64(full * step), rest)
+
+
+def key_granule(lanes: int) -> int:
+    """Key counts are limited in multiples of this: whole row tiles (dK, dV) and column panels (S, dP)."""
+    mr, nv = tile_shape(lanes)
+    return math.lcm(mr, nv * lanes)
 
 
 def _tile(ctx: EmitContext, row0, col, rows: int, width: int, k, a: Mat, bm: Mat, c: Mat, alpha: float,

@@ -66,6 +66,10 @@ def build() -> Suite:
         add_backward(s, f"all-s{seq}-kv{kv}", seq=seq, kv_seq=kv, mask=MaskKind.Causal)
     add_backward(s, "all-hd1", seq=4, head_dim=1, mask=MaskKind.Bias)
     add_backward(s, "all-blocks", batch=1, seq=70, kv_seq=1000, heads=1, head_dim=8, mask=MaskKind.Custom)
+    # Causal/Sliding blocks that skip invisible keys (and ones that cannot: rows before the first key)
+    add_backward(s, "all-causal-blocks", batch=1, seq=100, heads=2, head_dim=16, mask=MaskKind.Causal)
+    add_backward(s, "all-sliding-blocks", batch=1, seq=130, heads=1, head_dim=W + 1, mask=MaskKind.SlidingWindow(20))
+    add_backward(s, "all-causal-long-q", batch=1, seq=150, kv_seq=100, heads=1, head_dim=8, mask=MaskKind.Causal)
     add_backward(s, "all-big", batch=2, seq=64, heads=4, head_dim=64, mask=MaskKind.Causal)  # split across threads
     add_backward(s, "value-big", batch=2, seq=48, heads=4, head_dim=32, bhsd=True, wrt=AttentionBwdWrt.Value)
     return s
