@@ -9,16 +9,18 @@ arithmetic, operation for operation and without contraction, so `decode_block` (
 kinds) is bit-identical to `gguf.quants.dequantize`.
 
 `DequantMatMulGguf` (`dst[i, j] = Σ_p x[i, p]·W[j, p]`, `W [n, k]` packed row-major) never
-materialises W in f32.  A GEMV tile (one row of x × up to `MAX_NR` weight rows, as many as the
+materialises W in f32.  With one row of x, a GEMV tile (up to `MAX_NR` weight rows, as many as the
 vector registers hold) folds each group's scale, offset and bias out of the products, as llama.cpp's
 dot products do: `Σ w·x = scale·(Σ q·x + offset·Σ x) + bias·Σ x`, with the groups' `Σ x` summed once
 per call (`group_sums`) and a high nibble left in place (`q·16`, the 1/16 folded into the group's
-dot) — so the inner loop is a load, a mask, a convert and an FMA per `CW` weights.  A tile of `MR`
-rows of x decodes each chunk to f32 once and multiplies it into all its rows.  Weight rows are
-split across threads.
+dot) — so the inner loop is a load, a mask, a convert and an FMA per `CW` weights.  With several rows,
+each k-block of a few weight rows is decoded once into an f32 panel in L1 and a register-tiled
+micro-kernel runs every row of x against it (`panel_gemm`).  Weight rows are split across threads.
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -26,17 +28,16 @@ from llvmlite import ir
 
 from .. import thunks as T
 from ..errors import ValidationError
+from ..jit import l1d_bytes
 from ..ops import QuantScheme
 from ..registry import lowering
 from ..thunks.quant import GGUF_BLOCKS
 from .context import EmitContext
 from .gemm import expert_of, expert_status
-from .toolkit import (F16, F32, FASTMATH, I16, I32, I64, I8, PTR, carried_loop, const, fail_unless, splat, vec,
-                      vector_registers, width_of)
+from .toolkit import (F16, F32, FASTMATH, I16, I32, I64, I8, PTR, carried_loop, const, fail_unless, prefetch,
+                      scratch_ptr, splat, vec, vector_registers, width_of)
 
-MR = 4              # rows of x sharing one decoded chunk
-MAX_NR = 4          # weight rows decoded together at most (their chunks share each load of x)
-ACCUMULATORS = 8    # independent FMA chains a tile should have at least (x86 FMA: latency 4, 2 per cycle)
+MAX_NR = 4          # weight rows a GEMV tile decodes together at most (their chunks share each load of x)
 GEMV_CHAINS = 2     # a group's dot outlasts the FMA latency: two chains of group updates hide it
 MAX_CHUNK = 16      # lanes of one decoded chunk: the smallest scale group (Q2_K, Q3_K, Q6_K)
 PAR_BYTES = 1 << 15  # packed weight bytes a thread should get before rows of W are split
@@ -45,6 +46,10 @@ IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 8
 GROUP = {"GgufQ8_0": 32, "GgufQ4_0": 32, "GgufQ4_1": 32, "GgufQ5_0": 32, "GgufQ5_1": 32, "GgufIQ4NL": 32,
          "GgufQ2K": 16, "GgufQ3K": 16, "GgufQ4K": 32, "GgufQ5K": 32, "GgufQ6K": 16, "GgufQ8K": 32, "GgufIQ4XS": 32}
 """Elements sharing one scale (and offset or bias) per scheme: the unit a dot product folds them over."""
+
+OFFSETS = {"GgufQ4_0": -8, "GgufQ5_0": -16, "GgufQ3K": -4, "GgufQ6K": -32}
+"""The constant added to the codes of a scheme (`w = scale·f32(q + offset)`): a power of two, so the
+GEMV's `offset·Σ x`, summed once per call, is exact."""
 
 SPAN = {"GgufQ4K": 64, "GgufQ5K": 64, "GgufQ2K": 128, "GgufQ3K": 128, "GgufQ6K": 128}
 """Elements whose codes share byte loads (K-quants: low and high nibbles, 2-bit crumbs), decoded
@@ -215,7 +220,7 @@ def q8_0(blk: Block, e: int) -> Piece:
 
 def q4_0(blk: Block, e: int) -> Piece:
     codes, shift = nibble_bits(blk, 2, e)
-    return Piece(codes, blk.half_lanes(0), -8, shift=shift)
+    return Piece(codes, blk.half_lanes(0), OFFSETS["GgufQ4_0"], shift=shift)
 
 
 def q4_1(blk: Block, e: int) -> Piece:
@@ -225,7 +230,8 @@ def q4_1(blk: Block, e: int) -> Piece:
 
 def q5_0(blk: Block, e: int) -> Piece:
     codes, shift = nibble_bits(blk, 6, e)
-    return Piece(blk.or_shl(codes, blk.word_bits(2, e), 4 + shift), blk.half_lanes(0), -16, shift=shift)
+    return Piece(blk.or_shl(codes, blk.word_bits(2, e), 4 + shift), blk.half_lanes(0), OFFSETS["GgufQ5_0"],
+                 shift=shift)
 
 
 def q5_1(blk: Block, e: int) -> Piece:
@@ -257,7 +263,8 @@ def q3_k(blk: Block, e: int) -> Piece:
     low = blk.field(96 + g % 8, 4 * (g // 8), 15)
     high = blk.field(104 + g % 4, 2 * (g // 4), 3)
     scale = blk.b.sub(blk.b.or_(low, blk.b.shl(high, I32(4))), I32(32))
-    return Piece(blk.or_shl(crumb(blk, 32, e), high_bit(blk, 0, e), 2), blk.times(blk.half(108), scale), -4)
+    return Piece(blk.or_shl(crumb(blk, 32, e), high_bit(blk, 0, e), 2), blk.times(blk.half(108), scale),
+                 OFFSETS["GgufQ3K"])
 
 
 K_SCALE_LOW = [(j, 0, 63) if j < 4 else (j + 4, 0, 15) for j in range(8)]
@@ -268,15 +275,20 @@ K_MIN_HIGH = [(0, 0, 0) if j < 4 else (j, 6, 3) for j in range(8)]
 get_scale_min_k4): `low | high << 4`, each `(q[i] >> shift) & mask` as listed (mask 0: none)."""
 
 
+def k_biases(blk: Block) -> ir.Value:
+    """`−dmin·min` of Q4_K/Q5_K's eight sub-blocks, one per lane."""
+    mins = blk.or_shl(blk.fields(4, K_MIN_LOW), blk.fields(4, K_MIN_HIGH), 4)
+    return blk.b.fneg(blk.times(blk.half(2), mins))
+
+
 def k_affine(blk: Block, e: int, codes: ir.Value, shift: int) -> Piece:
     """`(d·scale)·q − dmin·min` of sub-block `e // 32`: all eight scales and mins unpacked in vector
     lanes (once per block after CSE), this sub-block's lane taken."""
     b = blk.b
     scales = blk.or_shl(blk.fields(4, K_SCALE_LOW), blk.fields(4, K_SCALE_HIGH), 4)
-    mins = blk.or_shl(blk.fields(4, K_MIN_LOW), blk.fields(4, K_MIN_HIGH), 4)
     at = e // 32
     return Piece(codes, lane(b, blk.times(blk.half(0), scales), at, blk.width),
-                 bias=lane(b, b.fneg(blk.times(blk.half(2), mins)), at, blk.width), shift=shift)
+                 bias=lane(b, k_biases(blk), at, blk.width), shift=shift)
 
 
 def q4_k(blk: Block, e: int) -> Piece:
@@ -291,7 +303,7 @@ def q5_k(blk: Block, e: int) -> Piece:
 def q6_k(blk: Block, e: int) -> Piece:
     """Low nibbles, 2-bit highs, int8 scales per 16, d at the end; the code is `q − 32`."""
     q = blk.or_shl(nibble(blk, 0, e, run=64), crumb(blk, 128, e), 4)
-    return Piece(q, blk.times(blk.half(208), blk.i8(192 + e // 16)), -32)
+    return Piece(q, blk.times(blk.half(208), blk.i8(192 + e // 16)), OFFSETS["GgufQ6K"])
 
 
 def iq4_xs(blk: Block, e: int) -> Piece:
@@ -308,6 +320,10 @@ DECODERS: dict[str, Chunk] = {
     "GgufIQ4NL": iq4_nl, "GgufIQ4XS": iq4_xs,
 }
 """The GGUF schemes decoded here, by QuantScheme variant name."""
+
+BLOCK_BIASES: dict[str, Callable[[Block], ir.Value]] = {"GgufQ4K": k_biases, "GgufQ5K": k_biases}
+"""Schemes whose GEMV folds the biases per block rather than per group: `Σ_g bias_g·Σ x_g` is one
+FMA of the block's bias lanes (one per group) with the groups' `Σ x` totals."""
 
 
 def chunk_width(lanes: int) -> int:
@@ -367,74 +383,63 @@ def check_gguf(t: T.DequantMatMulGguf, k_field: str = "k") -> None:
                               f"({nbytes} bytes per block)", field=k_field)
 
 
-def tile(ctx: EmitContext, t: T.DequantMatMulGguf, sums: int, j: ir.Value, cols: int, row: ir.Value, rows: int,
-         w_row: ir.Value | None = None) -> None:
-    """`dst[row + r, j + c]` for r < rows, c < cols over every block of weight rows `w_row…w_row + cols`
-    (default `j…`), in registers.  One row of x: per scale group the codes are folded like llama.cpp's
-    dot products, `Σ w·x = scale·(Σ q·x + offset·Σ x) + bias·Σ x`, so the scale, offset and bias cost
-    one FMA per group rather than per element (the groups' `Σ x` read from `group_sums` at scratch
-    offset `sums`); several rows: each chunk decoded to f32 once and multiplied into every row.
-    `chains` independent accumulators per output when the tile alone is too small to hide the FMA
-    latency; codes of one `SPAN` are decoded together so each byte load dies soon."""
+def gemv_tile(ctx: EmitContext, t: T.DequantMatMulGguf, sums: "GroupSums", j: ir.Value, cols: int, row: ir.Value,
+              w_row: ir.Value | None = None) -> None:
+    """`dst[row, j + c]` for c < cols over every block of weight rows `w_row…w_row + cols` (default
+    `j…`), in registers.  Per scale group the codes are folded like llama.cpp's dot products,
+    `Σ w·x = scale·(Σ q·x + offset·Σ x) + bias·Σ x`, so the scale, offset and bias cost one FMA per
+    group rather than per element (the groups' `Σ x` read from `sums`), and for `BLOCK_BIASES`
+    schemes the biases one FMA per block.  `GEMV_CHAINS` accumulators per output hide the FMA
+    latency; codes of one `SPAN` are decoded together so each byte load dies soon, and the x chunks
+    and group sums of a span are loaded once for all `cols` weight rows."""
     b, name = ctx.b, scheme_name(t)
     elems, nbytes = GGUF_BLOCKS[name]
     width, blocks, group, decode = chunk_width(ctx.lanes), t.k // elems, GROUP[name], DECODERS[name]
-    span = SPAN.get(name, group)
+    span, fold = SPAN.get(name, group), BLOCK_BIASES.get(name)
     w_row = j if w_row is None else w_row
     w_rows = [ctx.addr(t.w_q, b.mul(b.add(w_row, I64(c)), I64(blocks * nbytes))) for c in range(cols)]
-    x_rows = [ctx.addr(t.x, b.mul(b.add(row, I64(r)), I64(t.k)), 4) for r in range(rows)]
-    unit = width if rows > 1 else group  # what each FMA chain step covers: a chunk, or a group's dot
-    chains = max(1, min(elems // unit, ACCUMULATORS // (rows * cols) if rows > 1 else GEMV_CHAINS))
-    slots = [(r, c) for r in range(rows) for c in range(cols)]
+    x_row = ctx.addr(t.x, b.mul(row, I64(t.k)), 4)
+    chains = max(1, min(elems // group, GEMV_CHAINS))
+    main = cols * chains  # the accumulators of the group dots; then, with `fold`, one of biases per weight row
 
-    def blocks_at(blk: ir.Value) -> list[Block]:
-        return [Block(b, b.gep(w, [b.mul(blk, I64(nbytes))], source_etype=I8, inbounds=True), width) for w in w_rows]
-
-    def x_chunk(x: ir.Value, blk: ir.Value, e: int) -> ir.Value:
-        return ctx.load(0, F32, b.add(b.mul(blk, I64(elems)), I64(e)), width, base=x)
-
-    def gemm_step(blk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-        """Each chunk decoded to f32 once, multiplied into every row of x."""
-        packed, accs = blocks_at(blk), list(accs)
-        for e in range(0, elems, width):
-            weights = [value(block, decode(block, e)) for block in packed]
-            for r, x in enumerate(x_rows):
-                xe = x_chunk(x, blk, e)
-                for c, w in enumerate(weights):
-                    at = (r * cols + c) * chains + e // unit % chains
-                    accs[at] = b.fadd(accs[at], b.fmul(xe, w, flags=FASTMATH), flags=FASTMATH)
-        return accs
-
-    def gemv_step(blk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-        """Per span: the x chunks and group sums loaded once, each weight row's groups folded."""
-        packed, accs = blocks_at(blk), list(accs)
+    def step(blk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+        packed, accs = [Block(b, b.gep(w, [b.mul(blk, I64(nbytes))], source_etype=I8, inbounds=True), width)
+                        for w in w_rows], list(accs)
+        first_sum = b.add(b.mul(row, I64(t.k // group)), b.mul(blk, I64(elems // group)))
         for start in range(0, elems, span):
             groups = [range(g, g + group, width) for g in range(start, start + span, group)]
-            xs = {e: x_chunk(x_rows[0], blk, e) for g in groups for e in g}
-            first_sum = b.add(b.mul(row, I64(t.k // group)), b.mul(blk, I64(elems // group)))
-            x_sums = {g[0]: ctx.load(sums, F32, b.mul(b.add(first_sum, I64(g[0] // group)), I64(width)), width,
+            xs = {e: ctx.load(0, F32, b.add(b.mul(blk, I64(elems)), I64(e)), width, base=x_row) for g in groups for e in g}
+            x_sums = {g[0]: ctx.load(sums.vectors, F32, b.mul(b.add(first_sum, I64(g[0] // group)), I64(width)), width,
                                      base=ctx.shared) for g in groups}
             for c, block in enumerate(packed):
                 pieces = {e: decode(block, e) for g in groups for e in g}
                 for g in groups:
-                    at = c * chains + g[0] // unit % chains
-                    accs[at] = group_dot(b, [pieces[e] for e in g], [xs[e] for e in g], x_sums[g[0]], accs[at])
+                    at = c * chains + g[0] // group % chains
+                    dot = [dataclasses.replace(pieces[e], bias=None) if fold else pieces[e] for e in g]
+                    accs[at] = group_dot(b, dot, [xs[e] for e in g], x_sums[g[0]], accs[at])
+        if fold:
+            totals = ctx.load(sums.totals, F32, first_sum, elems // group, base=ctx.shared)
+            for c, block in enumerate(packed):
+                accs[main + c] = b.fadd(accs[main + c], b.fmul(fold(block), totals, flags=FASTMATH), flags=FASTMATH)
         return accs
 
-    step = gemm_step if rows > 1 else gemv_step
-    zero = const(F32, 0.0, width)
-    accs = carried_loop(ctx, 0, blocks, 1, [zero] * (len(slots) * chains), step, name="blk")
-    for s, (r, c) in enumerate(slots):
-        at = b.add(b.mul(b.add(row, I64(r)), I64(t.n)), b.add(j, I64(c)))
-        ctx.store(t.dst, horizontal_sum(ctx, pairwise(b, accs[s * chains:(s + 1) * chains])), at)
+    zeros = [const(F32, 0.0, width)] * main + ([const(F32, 0.0, elems // group)] * cols if fold else [])
+    accs = carried_loop(ctx, 0, blocks, 1, zeros, step, name="blk")
+    for c in range(cols):
+        at = b.add(b.mul(row, I64(t.n)), b.add(j, I64(c)))
+        total = horizontal_sum(ctx, pairwise(b, accs[c * chains:(c + 1) * chains]))
+        if fold:
+            total = b.fadd(total, horizontal_sum(ctx, accs[main + c]), flags=FASTMATH)
+        ctx.store(t.dst, total, at)
 
 
 def group_dot(b: ir.IRBuilder, pieces: list[Piece], xs: list[ir.Value], x_sum: ir.Value, acc: ir.Value) -> ir.Value:
-    """`acc + Σ w·x` over one scale group: `scale·(Σ_s 2⁻ˢ·Σ (q << s)·x + offset·Σ x) + bias·Σ x` (FMAs)."""
+    """`acc + Σ w·x` over one scale group: `scale·(Σ_s 2⁻ˢ·Σ (q << s)·x + offset·Σ x) + bias·Σ x` (FMAs),
+    with `x_sum` the group's `Σ x` times the scheme's offset where it has one (`group_sums`)."""
     head, width = pieces[0], width_of(xs[0])
     dots: dict[int, ir.Value] = {}
     if head.offset:
-        dots[0] = b.fmul(const(F32, float(head.offset), width), x_sum, flags=FASTMATH)
+        dots[0] = x_sum
     for p, x in zip(pieces, xs):
         q_x = b.fmul(b.sitofp(p.codes, vec(F32, width)), x, flags=FASTMATH)
         dots[p.shift] = b.fadd(dots[p.shift], q_x, flags=FASTMATH) if p.shift in dots else q_x
@@ -446,17 +451,32 @@ def group_dot(b: ir.IRBuilder, pieces: list[Piece], xs: list[ir.Value], x_sum: i
     return acc if head.bias is None else multiply_add(b, head.bias, x_sum, acc)
 
 
-def group_sums(ctx: EmitContext, x: int, rows: int, k: int, group: int) -> int:
-    """`Σ x` over every scale group of each row of `x [rows, k]` as chunk-wide vectors (lane l sums
-    the group's elements ≡ l mod width), written once per call to scratch and read by every weight
-    row's tile; returns their scratch offset."""
-    b, width, count = ctx.b, chunk_width(ctx.lanes), rows * k // group
-    at = ctx.scratch_alloc(count * width * 4)
+@dataclass(frozen=True)
+class GroupSums:
+    """Scratch offsets of `Σ x` over every scale group of each row of x: `vectors` chunk-wide (lane l
+    sums the group's elements ≡ l mod width), times the scheme's offset where it has one (`OFFSETS`);
+    `totals` one f32 per group (for `BLOCK_BIASES` schemes)."""
+
+    vectors: int
+    totals: int | None = None
+
+
+def group_sums(ctx: EmitContext, x: int, rows: int, k: int, scheme: str) -> GroupSums:
+    """`Σ x` over every scale group of each row of `x [rows, k]`, written once per call to scratch and
+    read by every weight row's tile."""
+    b, width, group = ctx.b, chunk_width(ctx.lanes), GROUP[scheme]
+    count = rows * k // group
+    vectors = ctx.scratch_alloc(count * width * 4)
+    totals = ctx.scratch_alloc(count * 4) if scheme in BLOCK_BIASES else None
     with ctx.for_range(0, count, name="sums") as g:
         first = b.mul(g, I64(group))
-        chunks = [ctx.load(x, F32, b.add(first, I64(e)), width) for e in range(0, group, width)]
-        ctx.store(at, pairwise(b, chunks), b.mul(g, I64(width)), base=ctx.scratch)
-    return at
+        partial = pairwise(b, [ctx.load(x, F32, b.add(first, I64(e)), width) for e in range(0, group, width)])
+        offset = OFFSETS.get(scheme)
+        scaled = b.fmul(partial, const(F32, float(offset), width), flags=FASTMATH) if offset else partial
+        ctx.store(vectors, scaled, b.mul(g, I64(width)), base=ctx.scratch)
+        if totals is not None:
+            ctx.store(totals, horizontal_sum(ctx, partial), g, base=ctx.scratch)
+    return GroupSums(vectors, totals)
 
 
 def pairwise(b: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
@@ -471,16 +491,6 @@ def multiply_add(b: ir.IRBuilder, scalar: ir.Value, v: ir.Value, acc: ir.Value) 
     return b.fadd(acc, b.fmul(broadcast(b, scalar, width_of(v)), v, flags=FASTMATH), flags=FASTMATH)
 
 
-def column_tile(ctx: EmitContext, t: T.DequantMatMulGguf, sums: int, j: ir.Value, cols: int) -> None:
-    """Every row of x against weight rows `j…j + cols`: `MR`-row tiles, then single rows."""
-    full = t.m - t.m % MR
-    if full:
-        with ctx.for_range(0, full, MR, name="rows") as row:
-            tile(ctx, t, sums, j, cols, row, MR)
-    for r in range(full, t.m):
-        tile(ctx, t, sums, j, cols, I64(r), 1)
-
-
 def horizontal_sum(ctx: EmitContext, v: ir.Value) -> ir.Value:
     """The sum of a vector's lanes (reassociated)."""
     fn = ctx.intrinsic(f"llvm.vector.reduce.fadd.v{v.type.count}f32", F32, [F32, v.type])
@@ -489,32 +499,31 @@ def horizontal_sum(ctx: EmitContext, v: ir.Value) -> ir.Value:
 
 @lowering(T.DequantMatMulGguf, check=check_gguf)
 def dequant_matmul_gguf(ctx: EmitContext, t: T.DequantMatMulGguf) -> None:
-    """`dst = x @ Wᵀ` with W decoded block by block in registers; weight rows split across threads."""
+    """`dst = x @ Wᵀ` with W decoded block by block in registers (few rows of x) or into a cache-sized
+    f32 panel shared by every row (`panel_gemm`); weight rows split across threads."""
     if t.m == 0 or t.n == 0:
         return
     elems, nbytes = GGUF_BLOCKS[scheme_name(t)]
     if t.k == 0:
         zero_fill(ctx, t.dst, t.m * t.n)
         return
-    row_bytes = t.k // elems * nbytes
-    sums = group_sums(ctx, t.x, t.m, t.k, GROUP[scheme_name(t)])
-    nr = weight_rows(ctx, scheme_name(t), MR if t.m >= MR else 1)
+    if t.m >= PANEL_MIN_ROWS:
+        panel_gemm(ctx, t, PanelPlan.of(ctx.lanes, scheme_name(t), t.k, t.m))
+        return
+    sums = group_sums(ctx, t.x, t.m, t.k, scheme_name(t))
+    nr = weight_rows(ctx, scheme_name(t))
 
     def columns(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        by_tiles(sub, start, stop, nr, lambda j, cols: column_tile(sub, t, sums, j, cols))
+        by_tiles(sub, start, stop, nr, lambda j, cols: gemv_tile(sub, t, sums, j, cols, I64(0)))
 
-    ctx.parallel_for(t.n, columns, grain=nr, min_work=max(1, PAR_BYTES // max(1, row_bytes * t.m)))
+    ctx.parallel_for(t.n, columns, grain=nr, min_work=max(1, PAR_BYTES // (t.k // elems * nbytes)))
 
 
-def weight_rows(ctx: EmitContext, scheme: str, rows: int) -> int:
-    """Weight rows a tile decodes together (1…MAX_NR): with several rows of x, enough for
-    `ACCUMULATORS` outputs; with one, as many spans of decoded chunks as the host's vector registers
-    hold beside one span of x chunks."""
-    if rows > 1:
-        return max(1, min(MAX_NR, ACCUMULATORS // rows))
-    registers = vector_registers(ctx.lanes)
+def weight_rows(ctx: EmitContext, scheme: str) -> int:
+    """Weight rows a GEMV tile decodes together (1…MAX_NR): as many spans of decoded chunks as the
+    host's vector registers hold beside one span of x chunks."""
     chunks = SPAN.get(scheme, GROUP[scheme]) // chunk_width(ctx.lanes)
-    return max(1, min(MAX_NR, (registers - chunks) // chunks))
+    return max(1, min(MAX_NR, (vector_registers(ctx.lanes) - chunks) // chunks))
 
 
 def by_tiles(ctx: EmitContext, start: ir.Value, stop: ir.Value, nr: int, emit: Callable[[ir.Value, int], None]
@@ -526,6 +535,150 @@ def by_tiles(ctx: EmitContext, start: ir.Value, stop: ir.Value, nr: int, emit: C
         emit(j, nr)
     with ctx.for_range(full, stop, name="j") as j:
         emit(j, 1)
+
+
+# ── decoded panels: many rows of x ───────────────────────────────────────────
+
+PANEL_STEP = 32         # elements of k per micro-kernel step: every block size is a multiple of it
+PANEL_PAD = 16          # f32 padding after each panel row: rows a power of two apart would share L1 sets
+X_SLICE_L1 = 8          # x's rows of one k-block fit in 8 L1 sizes: half an L2 of 16 (Zen 3) to 40 L1s
+PANEL_MIN_ROWS = 2      # from two rows of x on, decoding W once into panels beats a folded GEMV per row
+
+
+@dataclass(frozen=True)
+class PanelPlan:
+    """How `panel_gemm` tiles the product: `rows` rows of x × `cols` weight rows of register
+    accumulators, against a panel of `cols` weight rows × `blocks` blocks of k decoded to f32, for
+    `row_block` rows of x at a time."""
+
+    rows: int
+    cols: int
+    blocks: int
+    row_block: int
+
+    @staticmethod
+    def tile(registers: int) -> tuple[int, int]:
+        """(rows of x, weight rows) of the micro-kernel: the most accumulators that fit beside one
+        vector per row of x and one weight vector, then the fewest loads per FMA."""
+        shapes = [(r, c) for r in range(1, 9) for c in range(1, 9) if r * c + r + 1 <= registers]
+        return max(shapes, key=lambda rc: (rc[0] * rc[1], -rc[0] - rc[1]))
+
+    @classmethod
+    def of(cls, lanes: int, scheme: str, k: int, m: int) -> "PanelPlan":
+        """The plan on a host with `lanes` f32 lanes: the panel fills half of L1 (the rest holds x's
+        rows), k-blocks near equal; x's slice of a k-block stays within `X_SLICE_L1` L1 sizes (in L2),
+        the rows split into near-equal blocks where it would not."""
+        rows, cols = cls.tile(vector_registers(lanes))
+        elems, _ = GGUF_BLOCKS[scheme]
+        l1 = l1d_bytes()
+        fit = max(1, l1 // 2 // (cols * elems * 4))
+        count = -(-(k // elems) // fit)
+        blocks = -(-(k // elems) // count)
+        row_blocks = -(-m // max(rows, X_SLICE_L1 * l1 // (blocks * elems * 4)))
+        return cls(rows, cols, blocks, -(-m // row_blocks))
+
+
+def panel_gemm(ctx: EmitContext, t: T.DequantMatMulGguf, plan: PanelPlan) -> None:
+    """For each block of rows of x and each k-block, each tile of `plan.cols` weight rows is decoded
+    once (exact values, as `decode_block`) into an f32 panel in L1, then every row of the block runs
+    against it in register tiles; the first k-block stores `dst`, later ones add to it.  Weight rows
+    are split across threads."""
+    name = scheme_name(t)
+    elems, nbytes = GGUF_BLOCKS[name]
+    blocks = t.k // elems
+    stride = plan.blocks * elems + PANEL_PAD  # f32 elements of one panel row
+
+    def columns(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        b, panel = sub.b, sub.scratch_alloc(plan.cols * stride * 4)
+
+        def row_block(r0: ir.Value, count: int) -> None:
+            """Rows `r0…r0 + count` of x against weight rows `start…stop`."""
+            with sub.for_range(0, blocks, plan.blocks, name="kb") as b0:
+                b1 = b.select(b.icmp_signed("<", b.add(b0, I64(plan.blocks)), I64(blocks)),
+                              b.add(b0, I64(plan.blocks)), I64(blocks))
+                first = b.icmp_signed("==", b0, I64(0))
+                p0, p1 = b.mul(b0, I64(elems)), b.mul(b1, I64(elems))
+
+                def panel_tile(j: ir.Value, cols: int) -> None:
+                    decode_panel(sub, t, panel, stride, j, cols, b0, b1)
+                    full, last = row_tiles(count, plan.rows)
+                    if full:
+                        with sub.for_range(r0, b.add(r0, I64(full)), plan.rows, name="rows") as row:
+                            micro_tile(sub, t, panel, stride, row, plan.rows, j, cols, p0, p1, first)
+                    for at, rows in zip(itertools.accumulate([full] + last), last):
+                        micro_tile(sub, t, panel, stride, b.add(r0, I64(at)), rows, j, cols, p0, p1, first)
+
+                by_tiles(sub, start, stop, plan.cols, panel_tile)
+
+        whole = t.m - t.m % plan.row_block
+        if whole:
+            with sub.for_range(0, whole, plan.row_block, name="rblk") as r0:
+                row_block(r0, plan.row_block)
+        if t.m % plan.row_block:
+            row_block(I64(whole), t.m % plan.row_block)
+
+    ctx.parallel_for(t.n, columns, grain=plan.cols, min_work=max(1, PAR_BYTES // max(1, blocks * nbytes * t.m)))
+
+
+def row_tiles(count: int, rows: int) -> tuple[int, list[int]]:
+    """`count` rows of x as whole tiles of `rows` (how many rows they cover), then the sizes of the
+    last tiles: a remainder and the last whole tile split near equally, since a tile of one row
+    has too few accumulators to hide the FMA latency."""
+    tail = count % rows + (rows if count > rows and count % rows else 0)
+    last = [-(-tail // 2), tail // 2] if tail > rows else [tail] if tail else []
+    return count - tail, last
+
+
+def decode_panel(ctx: EmitContext, t: T.DequantMatMulGguf, panel: int, stride: int, j: ir.Value, cols: int,
+                 b0: ir.Value, b1: ir.Value) -> None:
+    """Blocks `b0…b1` of weight rows `j…j + cols` as f32 rows of `stride` at scratch offset `panel`."""
+    b, name, width = ctx.b, scheme_name(t), chunk_width(ctx.lanes)
+    elems, nbytes = GGUF_BLOCKS[name]
+    row_bytes = t.k // elems * nbytes
+    with ctx.for_range(0, cols, name="prow") as c:
+        row = b.add(j, c)
+        ahead = b.add(row, I64(cols))  # the same row of the next tile, fetched while this one is decoded
+        ahead = b.select(b.icmp_signed("<", ahead, I64(t.n)), ahead, row)
+        first, first_ahead = (b.add(b.mul(r, I64(row_bytes)), b.mul(b0, I64(nbytes))) for r in (row, ahead))
+        out = b.mul(c, I64(stride))
+        with ctx.for_range(b0, b1, name="pblk") as blk:
+            at = b.sub(blk, b0)
+            ptr = ctx.addr(t.w_q, b.add(first, b.mul(at, I64(nbytes))))
+            for line in range(0, nbytes, 64):
+                prefetch(ctx, t.w_q, b.add(first_ahead, b.mul(at, I64(nbytes))) if not line else
+                         b.add(first_ahead, b.add(b.mul(at, I64(nbytes)), I64(min(line, nbytes - 1)))))
+            for e, values in enumerate(decode_block(b, name, ptr, width)):
+                index = b.add(out, b.add(b.mul(at, I64(elems)), I64(e * width)))
+                ctx.store(panel, values, index, base=ctx.scratch)
+
+
+def micro_tile(ctx: EmitContext, t: T.DequantMatMulGguf, panel: int, stride: int, row: ir.Value, rows: int,
+               j: ir.Value, cols: int, p0: ir.Value, p1: ir.Value, first: ir.Value) -> None:
+    """`dst[row + r, j + c] (+)= Σ_{p0 ≤ p < p1} x[row + r, p]·panel[c, p − p0]`: `rows × cols` vector
+    accumulators along k, summed across lanes at the end (stored on the first k-block, added after)."""
+    b, width = ctx.b, chunk_width(ctx.lanes)
+    x_rows = [ctx.addr(t.x, b.add(b.mul(b.add(row, I64(r)), I64(t.k)), p0), 4) for r in range(rows)]
+    w_rows = [scratch_ptr(ctx, panel, I64(c * stride), 4) for c in range(cols)]
+
+    def step(q: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+        accs = list(accs)
+        for u in range(0, PANEL_STEP, width):
+            at = b.add(q, I64(u))
+            xs = [ctx.load(0, F32, at, width, base=x) for x in x_rows]
+            for c, w in enumerate(w_rows):
+                wv = ctx.load(0, F32, at, width, base=w)
+                for r, xv in enumerate(xs):
+                    s = r * cols + c
+                    accs[s] = b.fadd(accs[s], b.fmul(xv, wv, flags=FASTMATH), flags=FASTMATH)
+        return accs
+
+    zero = const(F32, 0.0, width)
+    accs = carried_loop(ctx, 0, b.sub(p1, p0), PANEL_STEP, [zero] * (rows * cols), step, name="p")
+    for r in range(rows):
+        for c in range(cols):
+            at = b.add(b.mul(b.add(row, I64(r)), I64(t.n)), b.add(j, I64(c)))
+            total = horizontal_sum(ctx, accs[r * cols + c])
+            ctx.store(t.dst, b.select(first, total, b.fadd(total, ctx.load(t.dst, F32, at))), at)
 
 
 # ── DequantGroupedMatMulGguf ─────────────────────────────────────────────────
@@ -557,13 +710,13 @@ def dequant_grouped_matmul_gguf(ctx: EmitContext, t: T.DequantGroupedMatMulGguf)
         return
     flat = T.DequantMatMulGguf(x=t.input, w_q=t.w_q, dst=t.dst, m=t.m, k=t.k_dim, n=t.n, scheme=t.scheme)
     elems, nbytes = GGUF_BLOCKS[scheme_name(t)]
-    sums = group_sums(ctx, t.input, t.m, t.k_dim, GROUP[scheme_name(t)])
-    nr = weight_rows(ctx, scheme_name(t), 1)
+    sums = group_sums(ctx, t.input, t.m, t.k_dim, scheme_name(t))
+    nr = weight_rows(ctx, scheme_name(t))
 
     def columns(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
         with sub.for_range(0, t.m, name="row") as i:
             first = sub.b.mul(expert_of(sub, t.expert_idx, i), I64(t.n))
-            by_tiles(sub, start, stop, nr, lambda j, cols: tile(sub, flat, sums, j, cols, i, 1, w_row=sub.b.add(first, j)))
+            by_tiles(sub, start, stop, nr, lambda j, cols: gemv_tile(sub, flat, sums, j, cols, i, w_row=sub.b.add(first, j)))
 
     ctx.parallel_for(t.n, columns, grain=nr, min_work=max(1, PAR_BYTES // max(1, t.k_dim // elems * nbytes * t.m)))
 

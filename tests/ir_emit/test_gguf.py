@@ -3,7 +3,8 @@
 * Every IR decoder, compiled alone, and every NumPy reference decoder are bit-identical to
   `gguf.quants.dequantize` (llama.cpp's own reader) on random block bytes: every code value, and
   scales that are NaN, ±inf or denormal (any NaN matches any NaN, at the same positions).
-* DequantMatMulGguf against its reference (f64 sums) for m in {1, 3, 17}, odd n, in one program;
+* DequantMatMulGguf against its reference (f64 sums) for m in {1, 3, 17}, odd n, in one program (m ≥ 2:
+  decoded panels, also over several k-blocks and blocks of rows);
   and against gguf-dequantize + a float64 NumPy matmul.
 * DequantGroupedMatMulGguf likewise (odd m, ids covering every expert), also against gguf-dequantize
   + NumPy; an expert id ≥ num_experts is an ExecutionError natively and an IndexError in the reference.
@@ -188,6 +189,11 @@ def add_moe_weights(s: Suite, scheme: str, blocks: int, n: int, experts: int, sa
     return name
 
 
+PANEL_CASES = {"GgufQ4_0": (200, 65), "GgufQ4K": (7, 9)}
+"""(m, blocks of k) of DequantMatMulGguf cases whose decoded panels take several k-blocks (Q4_0's
+last one shorter) and, for Q4_0, several blocks of rows of x."""
+
+
 def build() -> Suite:
     s = Suite(11, rtol=1e-6)   # plus 1e-6·Σ|x·w| per output: f32 sums in another order
     for scheme in emit.DECODERS:
@@ -198,6 +204,8 @@ def build() -> Suite:
         add_moe_weights(s, scheme, 1 if elems == 256 else 3, 5, 3)
     add_matmul(s, "GgufQ4_0", 5, 16, 301)     # weight rows split across threads
     add_matmul(s, "GgufQ6K", 2, 3, 129)
+    for scheme, (m, blocks) in PANEL_CASES.items():
+        add_matmul(s, scheme, m, blocks, 9)
     add_grouped(s, "GgufQ4_0", 9, 8, 257, 3)  # weight rows split across threads
     add_moe_weights(s, "GgufQ4_0", 16, 131, 3)  # weight rows split across threads
     add_moe_weights(s, "GgufQ4K", 2, 3, 2, sane=False)
@@ -221,6 +229,15 @@ def test_matmul_matches_gguf_dequantize_then_numpy(outcome, scheme: str, m: int)
     want = x @ w.T
     got = outcome.output(case.name).reshape(t.m, t.n)
     assert_close(got, want, rtol=1e-5, atol=1e-5 * np.abs(x) @ np.abs(w).T, what=case.name)
+
+
+def test_panel_cases_take_several_k_blocks_and_row_blocks() -> None:
+    """The cases above reach every loop of the panel GEMM on this host."""
+    plans = {scheme: (emit.PanelPlan.of(host().lanes(32), scheme, blocks * GGUF_BLOCKS[scheme][0], m), m, blocks)
+             for scheme, (m, blocks) in PANEL_CASES.items()}
+    assert all(plan.blocks < blocks for plan, _, blocks in plans.values()), plans
+    plan, m, blocks = plans["GgufQ4_0"]
+    assert blocks % plan.blocks and plan.row_block < m, plan
 
 
 @pytest.mark.parametrize("scheme", ["GgufQ8_0", "GgufQ4_0", "GgufQ4K", "GgufQ6K"])
