@@ -1,11 +1,13 @@
 """State-space scans as vector IR over the state: `SelectiveScan`, `Mamba2`, `GatedDeltaNet` and
 `GatedDeltaNetBackward` (semantics.md §3.9; docs/lowering-ssm.md).
 
-* **Diagonal scans** (`SelectiveScan`, `Mamba2`): every row of the state — a channel's `h[c, :]`, a
-  head's `S[p, :]` — is an independent recurrence `h ← decay ⊙ h + u·B_t`, `y_t = Σ C_t ⊙ h`.  A row
-  keeps its `n ≤ 128` state values in registers across the whole sequence (`strips`: vectors of
-  `ctx.lanes`, then narrower power-of-two vectors for the tail).  Up to 8 neighbouring rows step
-  together (sharing B_t, C_t and the cache lines and pages of x, Δ, y); groups split across threads.
+* **SelectiveScan**: lanes are channels — a vector holds state i of W neighbouring channels, so
+  `h_i ← 2^(Δ·A₂[:, i])·h_i + (Δ·x)·B_i` and `y += C_i·h_i` are vertical (no horizontal sums), with a
+  streamlined `2^t` (`exp2_decay`: a fast path when the block's |Δ·A₂| ≤ 125, a checked one otherwise).
+* **Mamba2**: every row `S[p, :]` of a head is an independent recurrence `S ← decay·S + u·b_t`,
+  `y_t = Σ c_t ⊙ S`.  A row keeps its `n ≤ 128` state values in registers across the whole sequence
+  (`strips`: vectors of `ctx.lanes`, then narrower power-of-two vectors for the tail).  Up to 8
+  neighbouring rows step together (sharing b_t, c_t and cache lines); groups split across threads.
 * **Gated DeltaNet**: per (batch, head) the `n × n` state lives in per-thread scratch (L1/L2) across
   tokens; every column strip of it is its own recurrence given k, so a token is two passes over the
   rows per strip of `W` columns with the strip's accumulators in registers: `sk = Σ_i k_i·α_i S[i]`,
@@ -24,9 +26,9 @@ from ..errors import ValidationError
 from ..registry import lowering
 from .context import EmitContext
 from .rows import SUM
-from .toolkit import (F32, FASTMATH, I64, Index, carried_loop, const, copy_bytes, iadd, imul, splat, vector_registers,
-                      zero_bytes)
-from .vecmath import exp
+from .toolkit import (F32, FASTMATH, I32, I64, Index, carried_loop, const, copy_bytes, iadd, imul, prefetch, splat,
+                      splat_like, vec, vector_registers, width_of, zero_bytes)
+from .vecmath import exp, fabs, fma, poly
 
 MAX_STATE = 128       # n ≤ 128: a row of the state fits in registers, a DeltaNet state in L2
 PAR_WORK = 1 << 14    # state-element updates a thread should get at least (a fork costs a few µs)
@@ -88,11 +90,11 @@ def split_rows(ctx: EmitContext, rows: int, work_per_row: int, body: Callable[[E
     ctx.parallel_for(rows, chunk, grain=1, min_work=max(1, -(-PAR_WORK // max(1, work_per_row))))
 
 
-# ── diagonal scans: SelectiveScan, Mamba2 ────────────────────────────────────
+# ── Mamba2: rows of the state in registers ───────────────────────────────────
 
 class Row(NamedTuple):
     """What one state row reads at one time step: the decay of its strip `(first, width)`, its input
-    weight `u` (Δ·x), where its y_t goes."""
+    weight `u` (dt·x), where its y_t goes."""
 
     decay: Callable[[int, int], ir.Value]
     u: ir.Value
@@ -100,12 +102,12 @@ class Row(NamedTuple):
 
 
 def group_size(n: int, lanes: int) -> int:
-    """Rows stepped together: up to 8 (neighbouring channels share the cache lines and pages of x, Δ, y),
+    """Rows stepped together: up to 8 (neighbouring rows share the cache lines of x and y),
     with at most one register file's worth of state vectors between them (16 on AVX2, 32 with AVX-512)."""
     return max(1, min(8, vector_registers(lanes) // max(1, len(strips(0, n, lanes)))))
 
 
-def diagonal_scan(ctx: EmitContext, t: "T.SelectiveScan | T.Mamba2", n: int,
+def diagonal_scan(ctx: EmitContext, t: T.Mamba2, n: int,
                   step: Callable[[ir.Value], tuple[Index, list[Row]]], rows: int) -> None:
     """`rows` rows at once: `h ← decay ⊙ h + u·B_t`, `y_t = Σ C_t ⊙ h` for t < seq, every h in registers
     from 0; `step(t)` gives where B_t / C_t start (shared by the rows) and each row's `Row`."""
@@ -146,31 +148,182 @@ def grouped_rows(ctx: EmitContext, outer: int, inner: int, group: int, work_per_
             split_rows(ctx, outer * count, work_per_row * size, run)
 
 
+# ── SelectiveScan: lanes are channels ──────────────────────────────────────────
+
+# 2^f on [−½, ½] with f(0) = 1 exactly (a minimax fit of degree 5,
+# relative error 1.6e-7 in f32 Horner; docs/lowering-ssm.md).
+EXP2_P = (1.0, 0.6931470036506653, 0.24022242426872253, 0.05550733581185341, 0.009671512991189957,
+          0.001326472731307149)
+ROUNDER = 1.5 * 2.0 ** 23  # t + ROUNDER rounds t to an integer held in the low mantissa bits (|t| < 2^22)
+SAFE_T = 125.0             # |t| ≤ 125: 2^t as p's exponent bits + n is a normal number, no clamps needed
+Y_CHAINS = 2               # independent partial sums of y_t (half the fma chain)
+PREFETCH_STEPS = 8         # steps ahead whose x, Δ, y lines are requested (each step is a new page)
+
+
+def exp2_decay(b: ir.IRBuilder, delta: ir.Value, a2: ir.Value, checked: bool) -> ir.Value:
+    """2^t for t = Δ·A₂: n = round(t) by the rounder trick (no fast-math flags: it must not fold), then
+    `P(t − n)·2^n`.  Fast (`checked=False`, the caller has checked |t| ≤ SAFE_T): `t + rounder` and `t − n`
+    as fmas of Δ·A₂, 2^n added to P's exponent bits — 10 vector instructions.  `checked`: t clamped to
+    [−127, 128] first (NaN kept) and P multiplied by 2^n built from bits: n = −127 gives +0 (2^t < 2^−126.5
+    flushes to 0), n = 128 gives +inf, NaN stays NaN."""
+    rounder = splat_like(delta, ROUNDER)
+    ity = vec(I32, width_of(delta))
+    if checked:
+        lo, hi = splat_like(delta, -127.0), splat_like(delta, 128.0)
+        t = b.fmul(delta, a2)
+        t = b.select(b.fcmp_ordered("<", t, lo), lo, t)
+        t = b.select(b.fcmp_ordered(">", t, hi), hi, t)
+        shifted = b.fadd(t, rounder)
+        fraction = b.fsub(t, b.fsub(shifted, rounder))
+    else:
+        shifted = fma(b, delta, a2, rounder)
+        fraction = fma(b, delta, a2, b.fneg(b.fsub(shifted, rounder)))
+    p = poly(b, fraction, EXP2_P)
+    exponent = b.shl(b.bitcast(shifted, ity), const(I32, 23, width_of(delta)))   # n·2^23 (mod 2^32)
+    if checked:
+        return b.fmul(p, b.bitcast(b.add(exponent, const(I32, 127 << 23, width_of(delta))), delta.type))
+    return b.bitcast(b.add(b.bitcast(p, ity), exponent), delta.type)
+
+
+def block_vectors(n: int, lanes: int) -> int:
+    """Channel vectors per block: a 64-byte line of x, Δ, y per step when the states of its channels
+    (`vectors·n`) fit twice the register file (the rest spills to L1), else one vector."""
+    line = max(1, 16 // lanes)
+    return line if line * n <= 2 * vector_registers(lanes) else 1
+
+
+class ChannelBlock:
+    """Channels `first + o … + w` of each part `(o, w)` of one batch through every step, one channel per
+    lane: state i of the channels is one vector, so `h_i ← 2^(Δ·A₂[:, i])·h_i + (Δ·x)·B_i` and
+    `y += C_i·h_i` are vertical (B_i, C_i broadcast; A₂ = A·log₂e gathered once per block)."""
+
+    def __init__(self, ctx: EmitContext, t: T.SelectiveScan, batch: ir.Value, first: Index,
+                 parts: list[tuple[int, int]]) -> None:
+        b = ctx.b
+        self.ctx, self.t, self.batch, self.first, self.parts = ctx, t, batch, first, parts
+        self.a2 = [[b.fmul(a, splat_like(a, 1.0 / math.log(2.0))) for a in self.gather_a(o, w)] for o, w in parts]
+        self.a_max = [self.largest(part) for part in self.a2]
+
+    def gather_a(self, o: int, w: int) -> list[ir.Value]:
+        """A[c, i] of the part's channels c, as one vector per state i."""
+        b, n = self.ctx.b, self.t.state_size
+        rows = [imul(b, iadd(b, self.first, o + lane), n) for lane in range(w)]
+        return [gather(self.ctx, self.t.a, [iadd(b, row, i) for row in rows]) for i in range(n)]
+
+    def largest(self, a2: list[ir.Value]) -> ir.Value:
+        """max_i |A₂[:, i]| per lane, NaN where any is NaN or infinite (so no Δ passes the fast-path test)."""
+        b = self.ctx.b
+        mags = [fabs(b, a) for a in a2]
+        top, total = mags[0], mags[0]
+        for m in mags[1:]:
+            top = b.select(b.fcmp_ordered(">", m, top), m, top)
+            total = b.fadd(total, m)
+        return b.fadd(top, b.fmul(total, splat_like(top, 0.0)))   # + 0·Σ: NaN for a NaN or inf among them
+
+    def run(self) -> None:
+        """Every step, the state in registers (spilled to L1 beyond the register file)."""
+        t = self.t
+        carried_loop(self.ctx, 0, t.seq, 1, [const(F32, 0.0, w) for _, w in self.parts for _ in range(t.state_size)],
+                     self.advance, name="t")
+
+    def advance(self, tt: ir.Value, h: list[ir.Value]) -> list[ir.Value]:
+        """Step `tt`: the fast path when every |Δ·A₂| ≤ SAFE_T, else the checked one."""
+        ctx, b, t = self.ctx, self.ctx.b, self.t
+        step = b.add(b.mul(self.batch, I64(t.seq)), tt)
+        at = iadd(b, b.mul(step, I64(t.hidden)), self.first)
+        self.prefetch(tt)
+        deltas = [ctx.load(t.delta, F32, iadd(b, at, o), w) for o, w in self.parts]
+        safe = [b.fcmp_ordered("<=", b.fmul(fabs(b, d), m), splat_like(d, SAFE_T)) for d, m in zip(deltas, self.a_max)]
+        fast = all_true(b, safe)
+        with b.if_else(fast) as (then, otherwise):
+            with then:
+                quick, quick_block = self.update(step, at, deltas, h, checked=False), b.block
+            with otherwise:
+                slow, slow_block = self.update(step, at, deltas, h, checked=True), b.block
+        out = []
+        for x, y in zip(quick, slow):
+            phi = b.phi(x.type)
+            phi.add_incoming(x, quick_block)
+            phi.add_incoming(y, slow_block)
+            out.append(phi)
+        return out
+
+    def update(self, step: ir.Value, at: ir.Value, deltas: list[ir.Value], h: list[ir.Value], checked: bool
+               ) -> list[ir.Value]:
+        """The new states of every part, their y_t stored."""
+        ctx, b, t, n = self.ctx, self.ctx.b, self.t, self.t.state_size
+        bc = b.mul(step, I64(n))
+        new = []
+        for k, ((o, w), delta) in enumerate(zip(self.parts, deltas)):
+            u = b.fmul(delta, ctx.load(t.x, F32, iadd(b, at, o), w), flags=FASTMATH)
+            decays = [exp2_decay(b, delta, a, checked) for a in self.a2[k]]
+            ys = [const(F32, 0.0, w)] * Y_CHAINS
+            for i, decay in enumerate(decays):
+                drive = b.fmul(u, splat(b, ctx.load(t.b, F32, iadd(b, bc, i)), w), flags=FASTMATH)
+                state = fmadd(b, decay, h[k * n + i], drive)
+                ys[i % Y_CHAINS] = fmadd(b, splat(b, ctx.load(t.c, F32, iadd(b, bc, i)), w), state, ys[i % Y_CHAINS])
+                new.append(state)
+            ctx.store(t.dst, tree_sum(b, ys), iadd(b, at, o))
+        return new
+
+    def prefetch(self, tt: ir.Value) -> None:
+        """Request x, Δ and y of step `tt + PREFETCH_STEPS` (the last step near the end)."""
+        b, t = self.ctx.b, self.t
+        ahead = b.add(tt, I64(PREFETCH_STEPS))
+        ahead = b.select(b.icmp_signed("<", ahead, I64(t.seq)), ahead, I64(t.seq - 1))
+        at = iadd(b, b.mul(b.add(b.mul(self.batch, I64(t.seq)), ahead), I64(t.hidden)), self.first)
+        for slot in (t.x, t.delta, t.dst):
+            prefetch(self.ctx, slot, at, 4)
+
+
+def tree_sum(b: ir.IRBuilder, xs: list[ir.Value]) -> ir.Value:
+    """Σ xs added pairwise."""
+    while len(xs) > 1:
+        xs = [b.fadd(x, y, flags=FASTMATH) for x, y in zip(xs[::2], xs[1::2])] + xs[len(xs) & ~1:]
+    return xs[0]
+
+
+def all_true(b: ir.IRBuilder, masks: list[ir.Value]) -> ir.Value:
+    """Whether every lane of every `<w x i1>` mask (or i1) is true."""
+    out = None
+    for m in masks:
+        w = width_of(m)
+        whole = m if w == 1 else b.icmp_unsigned("==", b.bitcast(m, ir.IntType(w)), ir.IntType(w)((1 << w) - 1))
+        out = whole if out is None else b.and_(out, whole)
+    return out
+
+
+def gather(ctx: EmitContext, offset: int, indices: list[Index]) -> ir.Value:
+    """The f32 elements at `indices` as one vector (a scalar for one index)."""
+    values = [ctx.load(offset, F32, i) for i in indices]
+    if len(values) == 1:
+        return values[0]
+    out = ir.Constant(ir.VectorType(F32, len(values)), None)
+    for lane, v in enumerate(values):
+        out = ctx.b.insert_element(out, v, I32(lane))
+    return out
+
+
 @lowering(T.SelectiveScan, check=check_state_size)
 def selective_scan(ctx: EmitContext, t: T.SelectiveScan) -> None:
-    """Rows are the channels of a batch: decay `exp(Δ·A[c, :])`, `u = Δ·x`, B/C shared by the channels."""
-    n, d = t.state_size, t.hidden
-
-    def channels(sub: EmitContext, batch: ir.Value, first: ir.Value, size: int) -> None:
-        b = sub.b
-        cs = [iadd(b, first, g) for g in range(size)]
-        a = [{i: sub.load(t.a, F32, iadd(b, imul(b, c, n), i), w) for i, w in strips(0, n, sub.lanes)} for c in cs]
-
-        def step(tt: ir.Value) -> tuple[Index, list[Row]]:
-            bt = b.add(b.mul(batch, I64(t.seq)), tt)
-            rows = []
-            for c, ac in zip(cs, a):
-                at = b.add(b.mul(bt, I64(d)), c)
-                delta = sub.load(t.delta, F32, at)
-                u = b.fmul(delta, sub.load(t.x, F32, at), flags=FASTMATH)
-                rows.append(Row(lambda i, w, delta=delta, ac=ac: exp(b, b.fmul(splat(b, delta, w), ac[i],
-                                                                                flags=FASTMATH)), u, at))
-            return b.mul(bt, I64(n)), rows
-
-        diagonal_scan(sub, t, n, step, size)
-
-    if t.seq:
-        grouped_rows(ctx, t.batch, d, group_size(n, ctx.lanes), t.seq * n, channels)
+    """Blocks of `block_vectors` channel vectors per batch (split across threads), then the channels left
+    over in halving power-of-two strips."""
+    n, d, w = t.state_size, t.hidden, ctx.lanes
+    if not (t.seq and n and d):
+        return
+    block = block_vectors(n, w) * w
+    blocks = d // block
+    if blocks:
+        def run(sub: EmitContext, r: ir.Value) -> None:
+            b = sub.b
+            ChannelBlock(sub, t, b.udiv(r, I64(blocks)), b.mul(b.urem(r, I64(blocks)), I64(block)),
+                         [(o, w) for o in range(0, block, w)]).run()
+        split_rows(ctx, t.batch * blocks, t.seq * n * block, run)
+    tail = strips(blocks * block, d, w)
+    if tail:
+        with ctx.for_range(0, t.batch, name="batch") as batch:
+            for first, width in tail:
+                ChannelBlock(ctx, t, batch, first, [(0, width)]).run()
 
 
 @lowering(T.Mamba2, check=check_state_size)

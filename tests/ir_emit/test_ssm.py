@@ -63,6 +63,37 @@ def add_selective_scan(s: Suite, batch: int, seq: int, hidden: int, n: int) -> s
     return name
 
 
+def magnitude_by_recurrence(x, delta, a, bb, cc) -> np.ndarray:
+    """Σ_i |C|·h on |x|, |B|, |C| with the same decays (NaN decays as 1): the size of what y sums (float64)."""
+    with np.errstate(all="ignore"):
+        decay = np.nan_to_num(np.exp(delta[..., None] * a), nan=1.0)      # [b, s, d, n]
+    h, out = np.zeros(decay.shape[:1] + decay.shape[2:]), np.zeros(x.shape)
+    for step in range(x.shape[1]):
+        h = decay[:, step] * h + (delta * np.abs(x))[:, step, :, None] * np.abs(bb)[:, step, None, :]
+        out[:, step] = (h * np.abs(cc)[:, step, None, :]).sum(-1)
+    return out
+
+
+def add_selective_scan_extremes(s: Suite) -> str:
+    """Decay arguments Δ·A beyond the fast exp's range: A = −inf (decay 0), −1e4 and Δ = 60 at one step
+    (underflow to 0), 0 (decay 1), 0.5 (growth e^30), NaN (that channel's y is NaN from step 0) — in the
+    first block of channels and in the tail strips (hidden 19), so steps switch between the two exps."""
+    batch, seq, hidden, n = 1, 12, 19, 5
+    x, bb, cc = s.normal(batch, seq, hidden), s.normal(batch, seq, n), s.normal(batch, seq, n)
+    delta = s.rng.uniform(0.01, 0.5, (batch, seq, hidden)).astype(np.float32)
+    delta[:, 5] = 60.0
+    a = s.rng.uniform(-2.0, -0.2, (hidden, n)).astype(np.float32)
+    for c, i, value in ((0, 0, -np.inf), (1, 1, -1e4), (2, 2, 0.0), (3, 3, 0.5), (4, 4, np.nan), (17, 0, -np.inf),
+                        (18, 1, 0.5)):
+        a[c, i] = value
+    dst, o = s.out(np.float32, batch * seq * hidden)
+    t = T.SelectiveScan(x=s.put(x), delta=s.put(delta), a=s.put(a), b=s.put(bb), c=s.put(cc), dst=dst,
+                        batch=batch, seq=seq, hidden=hidden, state_size=n)
+    magnitude = magnitude_by_recurrence(*(v.astype(np.float64) for v in (x, delta, a, bb, cc)))
+    s.add("Extremes-SelectiveScan", t, [o], atol=RTOL * magnitude.reshape(-1))
+    return "Extremes-SelectiveScan"
+
+
 def add_mamba2(s: Suite, batch: int, seq: int, heads: int, p: int, n: int) -> str:
     """dt ∈ [0.01, 0.5), a ∈ [−2, −0.2), normal x, b, c; atol from the quadratic form on |x|, |b|, |c|."""
     x, bb, cc = s.normal(batch, seq, heads, p), s.normal(batch, seq, heads, n), s.normal(batch, seq, heads, n)
@@ -147,6 +178,8 @@ def build() -> Suite:
     add_selective_scan(s, 1, 9, 3, 1)
     add_selective_scan(s, 1, 6, 2, 128)
     add_selective_scan(s, 2, 40, 64, 17)          # rows split across threads
+    add_selective_scan(s, 2, 17, 40, 16)          # blocks of 16 channels split across threads, a tail of 8
+    add_selective_scan_extremes(s)
     add_mamba2(s, 1, 7, 2, 3, 1)
     add_mamba2(s, 1, 5, 2, 4, 128)
     add_mamba2(s, 2, 30, 4, 16, 17)               # rows split across threads
