@@ -1,0 +1,264 @@
+"""ONNX convolution, pooling and normalization: Conv, ConvTranspose, MaxPool, AveragePool, Global*Pool,
+BatchNormalization (inference), InstanceNormalization, GroupNormalization, RMSNormalization,
+LpNormalization, MeanVarianceNormalization.
+
+1-D ops run as 2-D ones over an `h = 1` image.  Asymmetric pads (explicit or `auto_pad=SAME_*`) run
+with the larger pad on both sides and narrow the output to the windows ONNX asks for.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..graph import Value
+from .importer import Convert, Unsupported, converts
+from .ops_math import _float
+
+
+# ── geometry ────────────────────────────────────────────────────────────────
+
+def _spatial(cx: Convert, node, x: Value, kernel: list[int]) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+    """(strides, dilations, [(begin, end) pads]) per spatial axis, auto_pad resolved."""
+    n = len(kernel)
+    strides = list(cx.attr(node, "strides", [1] * n))
+    dil = list(cx.attr(node, "dilations", [1] * n))
+    auto = cx.attr(node, "auto_pad", "NOTSET")
+    sizes = x.shape[2:]
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for size, k, s, d in zip(sizes, kernel, strides, dil):
+            total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
+            small = total // 2
+            pads.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+    elif auto == "VALID":
+        pads = [(0, 0)] * n
+    else:
+        flat = list(cx.attr(node, "pads", [0] * 2 * n))
+        pads = list(zip(flat[:n], flat[n:]))
+    return strides, dil, pads
+
+
+def _as_2d(cx: Convert, x: Value, what: str) -> tuple[Value, bool]:
+    """`x` as NCHW (a 1-D `[n, c, w]` gets h = 1); Unsupported beyond two spatial dims."""
+    if x.ndim == 3:
+        return cx.g.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]]), True
+    if x.ndim != 4:
+        raise Unsupported(f"{what} over {x.ndim - 2} spatial dims (1-D and 2-D are lowered)")
+    return x, False
+
+
+def _pair(values: list[int], one_d: bool, fill: int) -> tuple[int, int]:
+    return (fill, values[0]) if one_d else (values[0], values[1])
+
+
+def _even_pads(cx: Convert, x: Value, pads: list[tuple[int, int]], fill: float) -> tuple[Value, list[int]]:
+    """Pad the end of each spatial axis with `fill` where ONNX pads it more than the start; the start pads."""
+    for axis, (b, e) in enumerate(pads, start=x.ndim - len(pads)):
+        if e > b:
+            block = np.full((*x.shape[:axis], e - b, *x.shape[axis + 1:]), fill, np.float32)
+            x = cx.g.concat([x, cx.g.constant(block)], axis)
+    return x, [b for b, _ in pads]
+
+
+def _windowed(cx: Convert, y: Value, counts: list[int]) -> Value:
+    """The first `counts` windows along each spatial axis (symmetric padding makes extra ones at the end)."""
+    for axis, n_out in enumerate(counts, start=y.ndim - len(counts)):
+        if n_out != y.shape[axis]:
+            y = cx.g.narrow(y, axis, 0, n_out)
+    return y
+
+
+def _out_count(size: int, k: int, s: int, d: int, pad: tuple[int, int], ceil: bool = False) -> int:
+    span = (k - 1) * d + 1
+    n = (size + pad[0] + pad[1] - span) / s
+    n = math.ceil(n) if ceil else math.floor(n)
+    if ceil and n * s >= size + pad[0]:      # a last window that starts in the end padding is dropped
+        n -= 1
+    return int(n) + 1
+
+
+# ── convolution ─────────────────────────────────────────────────────────────
+
+@converts("Conv")
+def _conv(cx: Convert, node) -> list:
+    g = cx.g
+    x0, w0 = _float(cx, node, 0), _float(cx, node, 1)
+    x, one_d = _as_2d(cx, x0, "Conv")
+    w, _ = _as_2d(cx, w0, "Conv")
+    kernel = list(cx.attr(node, "kernel_shape", w0.shape[2:]))
+    strides, dil, pads = _spatial(cx, node, x0, kernel)
+    counts = [_out_count(sz, k, s, d, p) for sz, k, s, d, p in zip(x0.shape[2:], kernel, strides, dil, pads)]
+    if one_d:
+        strides, dil, pads = [1, *strides], [1, *dil], [(0, 0), *pads]
+    x, begin = _even_pads(cx, x, pads, 0.0)
+    y = g.conv2d(x, w, None, stride=tuple(strides), padding=tuple(begin), dilation=tuple(dil),
+                 groups=int(cx.attr(node, "group", 1)))
+    y = _windowed(cx, y, counts)
+    if cx.has(node, 2):
+        y = y + g.reshape(_float(cx, node, 2), [y.shape[1], 1, 1])
+    return [g.reshape(y, [*y.shape[:2], y.shape[3]]) if one_d else y]
+
+
+@converts("ConvTranspose")
+def _conv_transpose(cx: Convert, node) -> list:
+    from ..graph.backward import conv2d_backward
+    g = cx.g
+    x0, w0 = _float(cx, node, 0), _float(cx, node, 1)
+    x, one_d = _as_2d(cx, x0, "ConvTranspose")
+    w, _ = _as_2d(cx, w0, "ConvTranspose")
+    n_sp = x0.ndim - 2
+    kernel = list(cx.attr(node, "kernel_shape", w0.shape[2:]))
+    strides = list(cx.attr(node, "strides", [1] * n_sp))
+    dil = list(cx.attr(node, "dilations", [1] * n_sp))
+    out_pad = list(cx.attr(node, "output_padding", [0] * n_sp))
+    full = [(i - 1) * s + (k - 1) * d + 1 + op for i, s, k, d, op in zip(x0.shape[2:], strides, kernel, dil, out_pad)]
+    out_shape = cx.attr(node, "output_shape")
+    auto = cx.attr(node, "auto_pad", "NOTSET")
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        want = list(out_shape)[-n_sp:] if out_shape is not None else [i * s for i, s in zip(x0.shape[2:], strides)]
+        full = [max(f, o) for f, o in zip(full, want)]        # a larger output_shape pads the end with zeros
+        totals = [f - o for f, o in zip(full, want)]
+        lower_first = auto == "SAME_LOWER"
+        pads = [((t + 1) // 2, t // 2) if lower_first else (t // 2, t - t // 2) for t in totals]
+    elif auto == "VALID":
+        pads = [(0, 0)] * n_sp
+    else:
+        flat = list(cx.attr(node, "pads", [0] * 2 * n_sp))
+        pads = list(zip(flat[:n_sp], flat[n_sp:]))
+    group = int(cx.attr(node, "group", 1))
+    c_out = w0.shape[1] * group
+    full2 = [1, *full] if one_d else full
+    like = g.constant(np.zeros((x.shape[0], c_out, *full2), np.float32))
+    conv = {"stride": _pair(strides, one_d, 1), "padding": (0, 0), "dilation": _pair(dil, one_d, 1), "groups": group}
+    y = conv2d_backward(g, "input", x, w, like, conv)
+    for axis, ((b, e), f) in enumerate(zip(pads, full), start=4 - n_sp):
+        if b or e:
+            y = g.narrow(y, axis, b, f - b - e)
+    if cx.has(node, 2):
+        y = y + g.reshape(_float(cx, node, 2), [c_out, 1, 1])
+    return [g.reshape(y, [*y.shape[:2], y.shape[3]]) if one_d else y]
+
+
+# ── pooling ─────────────────────────────────────────────────────────────────
+
+@converts("MaxPool", "AveragePool")
+def _pool(cx: Convert, node) -> list:
+    g = cx.g
+    if len(node.output) > 1 and node.output[1]:
+        raise Unsupported("the Indices output")
+    if int(cx.attr(node, "storage_order", 0)):
+        raise Unsupported("storage_order=1")
+    x0 = _float(cx, node)
+    x, one_d = _as_2d(cx, x0, node.op_type)
+    kernel = list(cx.attr(node, "kernel_shape"))
+    strides, dil, pads = _spatial(cx, node, x0, kernel)
+    if any(d != 1 for d in dil):
+        raise Unsupported(f"dilations {dil}")
+    ceil = bool(cx.attr(node, "ceil_mode", 0))
+    sizes, given = list(x0.shape[2:]), pads
+    counts = [_out_count(sz, k, s, 1, p, ceil) for sz, k, s, p in zip(sizes, kernel, strides, pads)]
+    # the end pad that makes the last (ceil_mode) window fit
+    pads = [(b, max(e, (n - 1) * s + k - sz - b)) for (b, e), n, s, k, sz in zip(pads, counts, strides, kernel, sizes)]
+    lead = 1 if one_d else 0
+    k2, s2 = (1,) * lead + tuple(kernel), (1,) * lead + tuple(strides)
+    x, begin = _even_pads(cx, x, [(0, 0)] * lead + pads, -3.0e38 if node.op_type == "MaxPool" else 0.0)
+    pool = g.max_pool2d if node.op_type == "MaxPool" else g.avg_pool2d
+    y = _windowed(cx, pool(x, k2, s2, tuple(begin)), counts)
+    if node.op_type == "AveragePool":
+        include_pad = bool(cx.attr(node, "count_include_pad", 0))
+        scale = _window_counts(kernel, strides, given, counts, sizes, include_pad)
+        if not np.all(scale == 1.0):
+            y = y * g.constant(scale.reshape((1,) * (4 - scale.ndim) + scale.shape).astype(np.float32))
+    return [g.reshape(y, [*y.shape[:2], y.shape[3]]) if one_d else y]
+
+
+def _window_counts(kernel, strides, pads, counts, sizes, include_pad: bool) -> np.ndarray:
+    """`window size / elements ONNX averages over` per output position (outer product over axes)."""
+    scale = np.ones((), np.float64)
+    for k, s, (b, e), n, size in zip(kernel, strides, pads, counts, sizes):
+        lo, hi = (-b, size + e) if include_pad else (0, size)
+        starts = np.arange(n) * s - b
+        valid = np.minimum(starts + k, hi) - np.maximum(starts, lo)
+        scale = np.multiply.outer(scale, k / valid)
+    return scale
+
+
+@converts("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    return [cx.g.reduce(x, "mean" if node.op_type == "GlobalAveragePool" else "max", tuple(range(2, x.ndim)), True)]
+
+
+# ── normalization ───────────────────────────────────────────────────────────
+
+def _channel(cx: Convert, v: Value, rank: int) -> Value:
+    """A per-channel `[c]` tensor shaped to broadcast against `[n, c, …]`."""
+    return cx.g.reshape(v, [v.shape[0], *([1] * (rank - 2))])
+
+
+def _normalize(cx: Convert, x: Value, axes: tuple[int, ...], eps: float, center: bool = True) -> Value:
+    """`(x − mean) / sqrt(var + eps)` over `axes` (`x / sqrt(mean(x²) + eps)` without centering)."""
+    g = cx.g
+    if center:
+        x = x - g.reduce(x, "mean", axes, True)
+    return x / g.sqrt(g.reduce(x * x, "mean", axes, True) + eps)
+
+
+@converts("BatchNormalization")
+def _batch_norm(cx: Convert, node) -> list:
+    if int(cx.attr(node, "training_mode", 0)) or len([o for o in node.output if o]) > 1:
+        raise Unsupported("training_mode (running statistics outputs): inference only")
+    x = _float(cx, node)
+    scale, bias, mean, var = (_channel(cx, _float(cx, node, i), x.ndim) for i in (1, 2, 3, 4))
+    eps = float(cx.attr(node, "epsilon", 1e-5))
+    return [(x - mean) * (scale / cx.g.sqrt(var + eps)) + bias]
+
+
+@converts("InstanceNormalization")
+def _instance_norm(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    y = _normalize(cx, x, tuple(range(2, x.ndim)), float(cx.attr(node, "epsilon", 1e-5)))
+    return [y * _channel(cx, _float(cx, node, 1), x.ndim) + _channel(cx, _float(cx, node, 2), x.ndim)]
+
+
+@converts("GroupNormalization")
+def _group_norm(cx: Convert, node) -> list:
+    g = cx.g
+    x = _float(cx, node)
+    groups = int(cx.attr(node, "num_groups"))
+    n, c = x.shape[:2]
+    grouped = g.reshape(x, [n, groups, -1])
+    y = g.reshape(_normalize(cx, grouped, (2,), float(cx.attr(node, "epsilon", 1e-5))), x.shape)
+    scale, bias = _float(cx, node, 1), _float(cx, node, 2)
+    if scale.shape[0] != c:          # opset 18: one scale and bias per group
+        scale, bias = (g.reshape(g.broadcast_to(g.reshape(v, [groups, 1]), (groups, c // groups)), [c])
+                       for v in (scale, bias))
+    return [y * _channel(cx, scale, x.ndim) + _channel(cx, bias, x.ndim)]
+
+
+@converts("RMSNormalization")
+def _rms_norm(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    axis = int(cx.attr(node, "axis", -1)) % x.ndim
+    y = _normalize(cx, x, tuple(range(axis, x.ndim)), float(cx.attr(node, "epsilon", 1e-5)), center=False)
+    return [y * _float(cx, node, 1)]
+
+
+@converts("MeanVarianceNormalization")
+def _mvn(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    axes = tuple(a % x.ndim for a in cx.attr(node, "axes", [0, 2, 3]))
+    return [_normalize(cx, x, axes, 1e-9)]
+
+
+@converts("LpNormalization")
+def _lp_norm(cx: Convert, node) -> list:
+    g = cx.g
+    x = _float(cx, node)
+    axis, p = int(cx.attr(node, "axis", -1)) % x.ndim, int(cx.attr(node, "p", 2))
+    if p not in (1, 2):
+        raise Unsupported(f"p={p} (1 or 2)")
+    norm = g.reduce(g.activation("abs", x), "sum", (axis,), True) if p == 1 else \
+        g.sqrt(g.reduce(x * x, "sum", (axis,), True))
+    return [x / g.maximum(norm, g.constant(1e-30))]        # a zero vector stays zero
