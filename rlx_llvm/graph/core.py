@@ -101,7 +101,7 @@ class Value:
 
     __slots__ = ("graph", "id")
 
-    def __init__(self, graph: "Graph", id: int) -> None:
+    def __init__(self, graph: "GraphCore", id: int) -> None:
         self.graph = graph
         self.id = id
 

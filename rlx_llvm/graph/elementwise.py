@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .. import thunks as T
 from ..dtypes import DType, LaneKind
 from ..ops import Activation, BinaryOp, CmpOp
-from ..ops import ActivationStep, Binary, Compare, Input, Step, Where
+from ..ops import ActivationStep, Binary, Compare, Input, Where
 from .core import GraphError, Node, Value, broadcast, numel
 from .lower import LowerContext
 from .opset import infers, lowers

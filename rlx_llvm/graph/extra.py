@@ -14,13 +14,10 @@ from ..dtypes import DType
 from ..schedule import ThunkSchedule
 from .checks import require_f32, require_rank, same_dim, shapes_agree
 from .core import DYNAMIC, GraphCore, GraphError, Node, Value, is_static, numel, parse_dtype
-from .fuse import fuse
-from .lower import LowerContext, lower
+from .lower import LowerContext
 from .opset import infers, lowers
-from .plan import plan
-from .session import _offset
-from .specialize import specialize
-from .shape import _axis
+from .session import build_schedule
+from .shape import axis_index
 
 INDEX_DTYPES = (DType.I32, DType.I64, DType.F32)
 
@@ -53,7 +50,7 @@ class ExtraOps:
 
     def cumsum(self, x: Value, axis: int = -1, exclusive: bool = False) -> Value:
         """Running sum along any `axis`: the last axis directly, another moved last by transposes."""
-        ax = _axis(axis, x.ndim, "cumsum")
+        ax = axis_index(axis, x.ndim, "cumsum")
         if ax == x.ndim - 1:
             return super().cumsum(x, -1, exclusive)
         perm = [i for i in range(x.ndim) if i != ax] + [ax]
@@ -79,7 +76,7 @@ class ExtraOps:
 
     def _arg_reduce(self, x: Value, axis: int, keep_dim: bool, is_max: bool) -> Value:
         op = "argmax" if is_max else "argmin"
-        return self.add_node("arg_reduce", (x,), {"axis": _axis(axis, x.ndim, op), "keep_dim": bool(keep_dim),
+        return self.add_node("arg_reduce", (x,), {"axis": axis_index(axis, x.ndim, op), "keep_dim": bool(keep_dim),
                                                   "is_max": is_max})
 
 
@@ -233,18 +230,9 @@ def _infer_custom_fn(ins: list[Node], attrs: dict) -> tuple:
 
 def body_program(body: GraphCore) -> tuple[ThunkSchedule, bytes, dict[str, int], int]:
     """The body compiled like any graph: schedule, arena image (constants), input offsets, output offset."""
-    graph, _ = fuse(specialize(body, {name: body.nodes[i].shape for name, i in body.inputs.items()}))
-    lowered = lower(graph)
-    placed = plan(lowered)
-    schedule = ThunkSchedule([s.build(lambda v: _offset(placed, lowered, v)) for s in lowered.steps],
-                             arena_bytes=placed.arena_bytes)
-    image = bytearray(placed.arena_bytes)
-    for b in placed.buffers:
-        if b.data is not None:
-            at = placed.offsets[b.id]
-            image[at:at + b.nbytes] = b.data.tobytes()
-    inputs = {name: placed.at(v) for name, v in lowered.inputs.items()}
-    return schedule, bytes(image), inputs, placed.at(lowered.outputs[0])
+    built = build_schedule(body, {name: body.nodes[i].shape for name, i in body.inputs.items()})
+    inputs = {name: built.plan.at(v) for name, v in built.lowered.inputs.items()}
+    return built.schedule, built.arena_image(), inputs, built.plan.at(built.lowered.outputs[0])
 
 
 @lowers("custom_fn")

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from .. import thunks as T
 from ..dtypes import DType
-from ..ops import Activation
 from .core import DYNAMIC, GraphError, Node, Value, numel
 from .elementwise import ACTIVATIONS
 from .lower import LowerContext

@@ -16,10 +16,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..arena import Arena
-from ..dtypes import DType
 from ..program import Program, compile as compile_schedule
 from ..schedule import ThunkSchedule
-from .core import DYNAMIC, GraphCore, GraphError, Shape, numel
+from .core import DYNAMIC, GraphCore, GraphError, Shape
 from .fuse import FusionLog, fuse
 from .lower import Lowered, lower
 from .plan import Plan, plan
@@ -155,18 +154,11 @@ class CompiledGraph:
         return spec
 
     def _build(self, shapes: tuple[Shape, ...]) -> Specialization:
-        concrete = specialize(self.graph, dict(zip(self.graph.inputs, shapes)))
-        fused, log = fuse(concrete) if self.fusion else (concrete, FusionLog())
-        lowered = lower(fused)
-        placed = plan(lowered)
-        schedule = ThunkSchedule([s.build(lambda v, _p=placed, _l=lowered: _offset(_p, _l, v)) for s in lowered.steps],
-                                 arena_bytes=placed.arena_bytes)
-        program = compile_schedule(schedule)
-        arena = Arena(placed.arena_bytes)
-        for b in placed.buffers:
-            if b.data is not None:
-                arena.write(placed.offsets[b.id], b.data)
-        return Specialization(fused, log, lowered, placed, schedule, program, arena, set())
+        built = build_schedule(self.graph, dict(zip(self.graph.inputs, shapes)), fusion=self.fusion)
+        program = compile_schedule(built.schedule)
+        arena = Arena.from_bytes(built.arena_image())
+        return Specialization(built.graph, built.fusions, built.lowered, built.plan, built.schedule, program, arena,
+                              set())
 
     # ── inspection ──────────────────────────────────────────────────────────
 
@@ -209,12 +201,44 @@ class CompiledGraph:
                 f"params={list(self.graph.params)}, specializations={len(self._specs)})")
 
 
-def _offset(p: Plan, lowered: Lowered, v) -> int:
-    from .lower import Buffer, View
-    if isinstance(v, int) and v in lowered.views:
-        return p.at(lowered.views[v])
-    if isinstance(v, View):
-        return p.at(v)
-    if isinstance(v, Buffer):
-        return p.offsets[v.id]
-    raise GraphError(f"internal: a step asked for the offset of {v!r}, not a view")
+@dataclasses.dataclass
+class Built:
+    """A graph taken through specialize → fuse → lower → plan, as a ThunkSchedule (not yet compiled)."""
+
+    graph: GraphCore
+    fusions: FusionLog
+    lowered: Lowered
+    plan: Plan
+    schedule: ThunkSchedule
+
+    def arena_image(self) -> bytes:
+        """The arena's starting bytes: zeros, with every constant in place."""
+        image = bytearray(self.plan.arena_bytes)
+        for b in self.plan.buffers:
+            if b.data is not None:
+                at = self.plan.offsets[b.id]
+                image[at:at + b.nbytes] = b.data.tobytes()
+        return bytes(image)
+
+    def offset(self, operand) -> int:
+        """Arena offset of a node id (its storage), a View or a Buffer."""
+        from .lower import Buffer, View
+        if isinstance(operand, int) and operand in self.lowered.views:
+            return self.plan.at(self.lowered.views[operand])
+        if isinstance(operand, View):
+            return self.plan.at(operand)
+        if isinstance(operand, Buffer):
+            return self.plan.offsets[operand.id]
+        raise GraphError(f"internal: a step asked for the offset of {operand!r}, not a view")
+
+
+def build_schedule(graph: GraphCore, shapes: Mapping[str, Shape], *, fusion: bool = True) -> Built:
+    """The schedule of `graph` with its inputs at `shapes`: specialize, fuse (unless `fusion` is False),
+    lower, plan."""
+    concrete = specialize(graph, dict(shapes))
+    fused, log = fuse(concrete) if fusion else (concrete, FusionLog())
+    lowered = lower(fused)
+    placed = plan(lowered)
+    built = Built(fused, log, lowered, placed, ThunkSchedule((), arena_bytes=placed.arena_bytes))
+    built.schedule = ThunkSchedule([s.build(built.offset) for s in lowered.steps], arena_bytes=placed.arena_bytes)
+    return built

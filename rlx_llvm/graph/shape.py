@@ -11,7 +11,8 @@ from .lower import LowerContext
 from .opset import infers, lowers
 
 
-def _axis(axis: int, rank: int, op: str) -> int:
+def axis_index(axis: int, rank: int, op: str) -> int:
+    """`axis` (negative counts from the end) as an index into a rank-`rank` shape; GraphError naming `op`."""
     if not -rank <= axis < rank:
         raise GraphError(f"{op}: axis {axis} is out of range for rank {rank}")
     return axis % rank
@@ -109,7 +110,7 @@ def lower_transpose(ctx: LowerContext, node: Node) -> None:
 @infers("narrow")
 def _infer_narrow(ins: list[Node], attrs: dict) -> tuple:
     x = ins[0]
-    axis = _axis(attrs["axis"], len(x.shape), "narrow")
+    axis = axis_index(attrs["axis"], len(x.shape), "narrow")
     start, length, dim = attrs["start"], attrs["length"], x.shape[axis]
     if start < 0 or length < 0 or (dim != DYNAMIC and start + length > dim):
         raise GraphError(f"narrow: [{start}, {start + length}) is outside axis {axis} of {list(x.shape)}")
@@ -137,7 +138,7 @@ def _infer_concat(ins: list[Node], attrs: dict) -> tuple:
     if not ins:
         raise GraphError("concat: needs at least one input")
     first = ins[0]
-    axis = _axis(attrs["axis"], len(first.shape), "concat")
+    axis = axis_index(attrs["axis"], len(first.shape), "concat")
     for n in ins[1:]:
         if len(n.shape) != len(first.shape) or n.dtype != first.dtype or any(
                 i != axis and DYNAMIC not in (a, b) and a != b for i, (a, b) in enumerate(zip(n.shape, first.shape))):
@@ -165,7 +166,7 @@ def lower_concat(ctx: LowerContext, node: Node) -> None:
 @infers("gather")
 def _infer_gather(ins: list[Node], attrs: dict) -> tuple:
     table, idx = ins
-    axis = _axis(attrs["axis"], len(table.shape), "gather")
+    axis = axis_index(attrs["axis"], len(table.shape), "gather")
     if idx.dtype not in (DType.I32, DType.I64):
         raise GraphError(f"gather: indices must be i32 or i64, got {idx.dtype.value}")
     return (*table.shape[:axis], *idx.shape, *table.shape[axis + 1:]), table.dtype
