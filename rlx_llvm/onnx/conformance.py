@@ -100,8 +100,10 @@ def compare(expected: Sequence[np.ndarray], actual: Sequence[Any], rtol: float, 
     """Raise AssertionError unless `actual` matches `expected` as onnx's backend runner checks it."""
     if len(actual) != len(expected):
         raise AssertionError(f"{len(actual)} outputs, expected {len(expected)}")
+    from onnx import TensorProto, numpy_helper
     for i, (want, got) in enumerate(zip(expected, actual)):
-        want, got = np.asarray(want), np.asarray(got)
+        want = numpy_helper.to_array(want) if isinstance(want, TensorProto) else np.asarray(want)
+        got = np.asarray(got)
         if got.shape != want.shape:
             raise AssertionError(f"output {i}: shape {list(got.shape)}, expected {list(want.shape)}")
         if got.dtype != want.dtype:
