@@ -364,14 +364,14 @@ def _vjp_rope(g, node, ins, y, dy):
 
 @vjp("attention")
 def _vjp_attention(g, node, ins, y, dy):
-    """AttentionBackward per operand; it computes K/V heads = heads and scale 1/√head_dim only."""
+    """AttentionBackwardAll (one recompute for dQ, dK, dV); it computes K/V heads = heads, scale 1/√head_dim."""
     q, k, v = ins[:3]
     a = node.attrs
     if k.shape[-1] != q.shape[-1] or v.shape[-1] != q.shape[-1] or not math.isclose(a["scale"], a["head_dim"] ** -0.5):
         raise GraphError(f"grad: %{node.id} attention has a gradient for K/V heads = heads and the default scale "
                          f"only, got q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}, scale {a['scale']}")
     mask = [] if len(ins) == 3 else [None if a["mask_kind"] == MaskKind.Custom else NOT_DIFFERENTIABLE]
-    return [attention_backward(g, part, ins, dy, a) for part in "qkv"] + mask
+    return [*attention_backward(g, ins, dy, a), *mask]
 
 
 # ── optimizers ──────────────────────────────────────────────────────────────

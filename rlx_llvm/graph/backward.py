@@ -13,7 +13,7 @@
     conv2d_backward(a, b, like)           Conv2dBackwardInput (dy, w → dx) or Conv2dBackwardWeight (x, dy → dw)
     max_pool2d_backward(x, dy)            MaxPool2dBackward
     rope_backward(dy, cos, sin)           RopeBackward
-    attention_backward(q, k, v, dy[, m])  AttentionBackward for one of dQ, dK, dV
+    attention_backward(q, k, v, dy[, m])  AttentionBackwardAll: dQ | dK | dV packed, read by three views
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import numpy as np
 
 from .. import thunks as T
 from ..dtypes import DType
-from ..ops import Activation, AttentionBwdWrt
-from .core import GraphCore, GraphError, Node, Value, broadcast, numel
+from ..ops import Activation
+from .core import DYNAMIC, GraphCore, GraphError, Node, Value, broadcast, numel
 from .elementwise import bcast_strides
 from .lower import LowerContext
 from .opset import infers, lowers
@@ -89,10 +89,11 @@ def rope_backward(g: GraphCore, dy: Value, cos: Value, sin: Value, rope: dict) -
     return g.add_node("rope_backward", (dy, cos, sin), dict(rope))
 
 
-def attention_backward(g: GraphCore, part: str, ins: Sequence[Value], dy: Value, attention: dict) -> Value:
-    """dQ, dK or dV (`part` q, k or v) of attention over `ins` = (q, k, v[, mask])."""
+def attention_backward(g: GraphCore, ins: Sequence[Value], dy: Value, attention: dict) -> tuple[Value, Value, Value]:
+    """(dQ, dK, dV) of attention over `ins` = (q, k, v[, mask]): one recompute, three views of its result."""
     q, k, v, *mask = ins
-    return g.add_node("attention_backward", (q, k, v, dy, *mask), {**attention, "part": part})
+    packed = g.add_node("attention_backward", (q, k, v, dy, *mask), dict(attention))
+    return tuple(g.add_node("attention_grad", (packed, like), {"part": part}) for part, like in zip("qkv", (q, k, v)))
 
 
 # ── inference ───────────────────────────────────────────────────────────────
@@ -134,7 +135,13 @@ def _infer_like_first_input(ins: list[Node], attrs: dict) -> tuple:
 
 @infers("attention_backward")
 def _infer_attention_backward(ins: list[Node], attrs: dict) -> tuple:
-    return ins["qkv".index(attrs["part"])].shape, DType.F32
+    shapes = [n.shape for n in ins[:3]]
+    return ((DYNAMIC,) if any(DYNAMIC in s for s in shapes) else (sum(numel(s) for s in shapes),)), DType.F32
+
+
+@infers("attention_grad")
+def _infer_attention_grad(ins: list[Node], attrs: dict) -> tuple:
+    return ins[1].shape, DType.F32
 
 
 @infers("norm_backward")
@@ -313,22 +320,24 @@ def lower_rope_backward(ctx: LowerContext, node: Node) -> None:
                                        interleaved=node.attrs["interleaved"]), reads=[dy, cos, sin], writes=[node.id])
 
 
-_WRT = {"q": AttentionBwdWrt.Query, "k": AttentionBwdWrt.Key, "v": AttentionBwdWrt.Value}
-
-
 @lowers("attention_backward")
 def lower_attention_backward(ctx: LowerContext, node: Node) -> None:
-    """AttentionBackward (K/V heads = heads, scale 1/√head_dim: what the thunk computes)."""
+    """AttentionBackwardAll into dQ | dK | dV packed (K/V heads = heads, scale 1/√head_dim: what it computes)."""
     q, k, v, dy, *mask = node.inputs
     b, s, _ = ctx.node(q).shape
     kv = ctx.node(k).shape[1]
+    nq, nk = numel(ctx.node(q).shape) * 4, numel(ctx.node(k).shape) * 4
+    ctx.emit(lambda at: T.AttentionBackwardAll(
+        q=at(q), k=at(k), v=at(v), dy=at(dy), mask=at(mask[0]) if mask else 0, out_q=at(node.id),
+        out_k=at(node.id) + nq, out_v=at(node.id) + nq + nk, batch=b, seq=s, kv_seq=kv, heads=node.attrs["heads"],
+        head_dim=node.attrs["head_dim"], mask_kind=node.attrs["mask_kind"], bhsd=False),
+        reads=[q, k, v, dy, *mask], writes=[node.id])
 
-    def build(at):
-        where = at(mask[0]) if mask else 0
-        if mask and where == 0:
-            raise GraphError(f"%{node.id} attention_backward: the mask landed at arena offset 0, which "
-                             f"AttentionBackward reads as 'no mask'")
-        return T.AttentionBackward(q=at(q), k=at(k), v=at(v), dy=at(dy), mask=where, out=at(node.id), batch=b,
-                                   seq=s, kv_seq=kv, heads=node.attrs["heads"], head_dim=node.attrs["head_dim"],
-                                   mask_kind=node.attrs["mask_kind"], wrt=_WRT[node.attrs["part"]], bhsd=False)
-    ctx.emit(build, reads=node.inputs, writes=[node.id])
+
+@lowers("attention_grad")
+def lower_attention_grad(ctx: LowerContext, node: Node) -> None:
+    """A view of one part of the packed gradients."""
+    packed, _ = node.inputs
+    q, k, _, *_ = ctx.node(packed).inputs
+    sizes = {"q": 0, "k": numel(ctx.node(q).shape), "v": numel(ctx.node(q).shape) + numel(ctx.node(k).shape)}
+    ctx.alias(node.id, packed, 4 * sizes[node.attrs["part"]])

@@ -347,5 +347,8 @@ def test_sgd_momentum_chain_in_the_graph():
 
 
 def test_training_example_reduces_the_loss():
-    losses = runpy.run_path(str(ROOT / "examples" / "train.py"))["losses"]
+    example = runpy.run_path(str(ROOT / "examples" / "train.py"))
+    losses = example["losses"]
     assert len(losses) == 100 and losses[-1] < 0.1 * losses[0]
+    kinds = [type(t).__name__ for t in example["train"].schedule.thunks]
+    assert kinds.count("SgdMomentum") == 4            # the in-graph update chain, one per param
