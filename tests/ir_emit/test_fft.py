@@ -90,9 +90,10 @@ def build() -> Suite:
     for n in (100,):
         for dtype, inverse, norm in COMBOS:
             add_fft(s, n, dtype, inverse, norm, outer=1, name=f"grid-n{n}-{dtype.value}-{inverse}-{norm}")
-    add_fft(s, 256, DType.C64, False, 0, outer=67, name="threads-radix2")
-    add_fft(s, 100, DType.F32, True, 2, outer=41, name="threads-bluestein")
-    add_fft(s, 12, DType.F64, False, 1, outer=700, name="threads-naive")
+    add_fft(s, 256, DType.C64, False, 0, outer=67, name="threads-radix8")
+    add_fft(s, 100, DType.F32, True, 2, outer=41, name="threads-mixed-radix")
+    add_fft(s, 127, DType.C128, True, 1, outer=37, name="threads-bluestein")
+    add_fft(s, 12, DType.F64, False, 1, outer=700, name="threads-small")
     impulse = np.zeros(8, np.float32)
     impulse[1] = 1.0                                          # x = δ_1 of n = 4, real block
     dst, o = s.out(np.float32, 8)
