@@ -15,21 +15,18 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 from . import OnnxImportError, OnnxModel
 
 
-SHAPE_ARGUMENT_MAX = 64       # integer inputs up to this many elements may be specialized on as shape arguments
-
-
 class RlxBackendRep(BackendRep):
     """A prepared model: `run(inputs)` imports and compiles it for the fed shapes, then runs it.
 
-    An integer input that the model reads as a shape argument (Reshape's shape, reduce axes, Slice
-    starts…) must be known at import time: when the import asks for one, the model is specialized on
-    the fed values of its small integer inputs (they become initializers; one compile per value set).
+    An input that the model reads as a shape argument (Reshape's shape, reduce axes, Resize scales…)
+    must be known at import time: when the import names such inputs (`OnnxImportError.wanted`), the
+    model is specialized on their fed values (they become initializers; one compile per value set).
     """
 
     def __init__(self, model: OnnxModel) -> None:
         self.model = model
         self._by_value: dict[tuple, OnnxModel] = {}
-        self._needs_values = False
+        self._frozen: list[str] = []
 
     def run(self, inputs: "Sequence[Any] | Mapping[str, Any] | np.ndarray", **kwargs: Any) -> tuple[np.ndarray, ...]:
         """The model's outputs for `inputs` (a list in input order, a name → array mapping, or one array)."""
@@ -37,18 +34,24 @@ class RlxBackendRep(BackendRep):
             inputs = [inputs]
         pairs = inputs.items() if isinstance(inputs, Mapping) else zip(self.model.input_names, inputs)
         feeds = {k: numpy_helper.to_array(v) if isinstance(v, TensorProto) else np.asarray(v) for k, v in pairs}
-        if not self._needs_values:
+        while True:
             try:
-                return tuple(self.model.run(feeds))
+                return tuple(self._specialized(feeds).run({k: v for k, v in feeds.items() if k not in self._frozen}))
             except OnnxImportError as exc:
-                if not any("must be a constant" in p for p in exc.problems):
+                new = [n for n in exc.wanted if n in feeds and n not in self._frozen]
+                if not new:
                     raise
-                self._needs_values = True
-        frozen = {k: v for k, v in feeds.items() if v.dtype.kind in "iu" and v.size <= SHAPE_ARGUMENT_MAX}
-        key = tuple((k, v.dtype.str, v.shape, v.tobytes()) for k, v in sorted(frozen.items()))
+                self._frozen += new
+
+    def _specialized(self, feeds: Mapping[str, np.ndarray]) -> OnnxModel:
+        """The model with the frozen inputs replaced by their fed values."""
+        if not self._frozen:
+            return self.model
+        frozen = {k: feeds[k] for k in self._frozen}
+        key = tuple((k, v.dtype.str, v.shape, v.tobytes()) for k, v in frozen.items())
         if key not in self._by_value:
             self._by_value[key] = OnnxModel(_with_initializers(self.model.proto, frozen))
-        return tuple(self._by_value[key].run({k: v for k, v in feeds.items() if k not in frozen}))
+        return self._by_value[key]
 
 
 def _with_initializers(proto: ModelProto, values: Mapping[str, np.ndarray]) -> ModelProto:

@@ -34,10 +34,14 @@ PARAM_MIN = 64                # initializers read as tensors: params from this m
 
 
 class OnnxImportError(RlxError, NotImplementedError):
-    """One or more nodes cannot be imported; `problems` holds one line per node."""
+    """One or more nodes cannot be imported; `problems` holds one line per node.
 
-    def __init__(self, problems: list[str]) -> None:
+    `wanted` names the tensors that converters needed as import-time constants but that are only
+    known at run time (a caller may specialize the model on their values and import again)."""
+
+    def __init__(self, problems: list[str], wanted: Iterable[str] = ()) -> None:
         self.problems = problems
+        self.wanted = sorted(wanted)
         super().__init__(f"{len(problems)} ONNX node(s) cannot be imported:\n  " + "\n  ".join(problems))
 
 
@@ -86,6 +90,7 @@ class Convert:
         self.env: dict[str, "Value | np.ndarray"] = {}
         self.initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
         self._as_tensor: dict[str, Value] = {}
+        self.wanted: set[str] = set()
         self.onnx = onnx
         shapes = dict(shapes or {})
         for inp in graph.input:
@@ -120,6 +125,8 @@ class Convert:
         """Input `i` as an import-time constant (shape arguments, axes…), else Unsupported."""
         v = self.const(node.input[i]) if self.has(node, i) else None
         if v is None:
+            if self.has(node, i):
+                self.wanted.add(node.input[i])
             raise Unsupported(f"input {i} ({what}) must be a constant or computable from shapes")
         return v
 
@@ -179,7 +186,7 @@ class Convert:
                 problems.append(f"{node_label(node)}: {exc}")
                 failed.update(node.output)
         if problems:
-            raise OnnxImportError(problems)
+            raise OnnxImportError(problems, self.wanted)
         outs = []
         for o in self.model.graph.output:
             outs.append(self.tensor(o.name))

@@ -1,0 +1,212 @@
+"""ONNX index and logic ops: ArgMax/ArgMin, TopK, CumSum, Pad, Resize, Mod, Not/And/Or/Xor.
+
+Logic runs on float regions: bool operands are cast to f32 (0/1) and compared back to bool.  Pad
+builds each padded axis from `concat` (constant mode) or a `gather` of constant indices (reflect,
+edge, wrap — `np.pad` of the axis' index range).  Resize is separable: each resized axis is a
+product with a constant `[in, out]` interpolation matrix, computed at import by ONNX's reference
+Resize of an identity (so every mode, coordinate transform, cubic coefficient and antialias is
+ONNX's own).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import DType
+from ..graph import Value
+from .importer import Convert, Unsupported, converts
+from .ops_math import _float
+
+
+# ── logic ───────────────────────────────────────────────────────────────────
+
+def _as01(cx: Convert, node, i: int) -> Value:
+    v = cx.tensor(node.input[i])
+    if v.dtype != DType.Bool:
+        raise Unsupported(f"input {i} is {v.dtype.value}: logic ops are lowered for bool")
+    return cx.g.cast(v, "f32")
+
+
+@converts("Not", "And", "Or", "Xor")
+def _logic(cx: Convert, node) -> list:
+    g = cx.g
+    a = _as01(cx, node, 0)
+    if node.op_type == "Not":
+        return [g.compare("lt", a, g.constant(0.5))]
+    b = _as01(cx, node, 1)
+    if node.op_type == "And":
+        return [g.compare("gt", a * b, g.constant(0.5))]
+    if node.op_type == "Or":
+        return [g.compare("gt", a + b, g.constant(0.5))]
+    return [g.compare("ne", a, b)]
+
+
+@converts("Mod")
+def _mod(cx: Convert, node) -> list:
+    g = cx.g
+    a, b = _float(cx, node, 0), _float(cx, node, 1)
+    q = a / b
+    if int(cx.attr(node, "fmod", 0)):      # C fmod: the quotient truncated toward zero
+        trunc = g.activation("sign", q) * g.activation("floor", g.activation("abs", q))
+        return [a - trunc * b]
+    return [a - g.activation("floor", q) * b]
+
+
+# ── arg reductions, top-k, cumulative sums ──────────────────────────────────
+
+@converts("ArgMax", "ArgMin")
+def _arg(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    if int(cx.attr(node, "select_last_index", 0)):
+        raise Unsupported("select_last_index=1 (RLX returns the first extreme index)")
+    axis, keep = int(cx.attr(node, "axis", 0)) % x.ndim, bool(cx.attr(node, "keepdims", 1))
+    fn = cx.g.argmax if node.op_type == "ArgMax" else cx.g.argmin
+    return [fn(x, axis, keep)]
+
+
+def _move_last(cx: Convert, x: Value, axis: int) -> tuple[Value, list[int] | None]:
+    """`x` with `axis` moved last, and the permutation that moves it back (None when already last)."""
+    if axis == x.ndim - 1:
+        return x, None
+    perm = [i for i in range(x.ndim) if i != axis] + [axis]
+    return cx.g.transpose(x, perm), sorted(range(x.ndim), key=perm.__getitem__)
+
+
+@converts("TopK")
+def _topk(cx: Convert, node) -> list:
+    g = cx.g
+    x0 = _float(cx, node)
+    k = int(cx.need_const(node, 1, "K").reshape(-1)[0])
+    if not int(cx.attr(node, "sorted", 1)):
+        raise Unsupported("sorted=0")
+    largest = bool(cx.attr(node, "largest", 1))
+    x, back = _move_last(cx, x0, int(cx.attr(node, "axis", -1)) % x0.ndim)
+    idx = g.topk(x if largest else -x, k)
+    n = x.shape[-1]
+    # values: take_along_axis as a select of x by the one-hot of each index (sums exact zeros)
+    hot = g.compare("eq", g.reshape(g.cast(idx, "f32"), [*idx.shape, 1]),
+                    g.constant(np.arange(n, dtype=np.float32)))
+    values = g.reduce(g.where_(hot, g.reshape(x, [*x.shape[:-1], 1, n]), g.constant(0.0)), "sum", (x.ndim,))
+    if back:
+        values, idx = g.transpose(values, back), g.transpose(idx, back)
+    return [values, idx]
+
+
+def _flip(cx: Convert, x: Value, axis: int) -> Value:
+    return cx.g.gather(x, cx.g.constant(np.arange(x.shape[axis] - 1, -1, -1, dtype=np.int64)), axis)
+
+
+@converts("CumSum")
+def _cumsum(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    axis = int(cx.need_const(node, 1, "axis").reshape(-1)[0]) % x.ndim
+    exclusive, reverse = bool(cx.attr(node, "exclusive", 0)), bool(cx.attr(node, "reverse", 0))
+    if reverse:
+        return [_flip(cx, cx.g.cumsum(_flip(cx, x, axis), axis, exclusive), axis)]
+    return [cx.g.cumsum(x, axis, exclusive)]
+
+
+# ── Pad ─────────────────────────────────────────────────────────────────────
+
+PAD_MODES = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+@converts("Pad")
+def _pad(cx: Convert, node) -> list:
+    g = cx.g
+    x = cx.tensor(node.input[0])
+    mode = cx.attr(node, "mode", "constant")
+    if cx.opset.get("", 13) < 11:
+        flat, value = list(cx.attr(node, "pads")), g.constant(float(cx.attr(node, "value", 0.0)))
+    else:
+        flat = [int(p) for p in cx.need_const(node, 1, "pads")]
+        value = cx.tensor(node.input[2]) if cx.has(node, 2) else g.constant(np.zeros((), np.float32))
+    axes = [int(a) % x.ndim for a in cx.need_const(node, 3, "axes")] if cx.has(node, 3) else list(range(x.ndim))
+    n = len(axes)
+    for axis, b, e in zip(axes, flat[:n], flat[n:]):
+        if mode == "constant":
+            x = _pad_constant(cx, x, axis, b, e, value)
+        elif mode in PAD_MODES:
+            size = x.shape[axis]
+            ids = np.pad(np.arange(size), (max(b, 0), max(e, 0)), PAD_MODES[mode])
+            ids = ids[max(-b, 0): len(ids) - max(-e, 0)]
+            x = g.gather(x, g.constant(ids.astype(np.int64)), axis)
+        else:
+            raise Unsupported(f"mode {mode!r}")
+    return [x]
+
+
+def _pad_constant(cx: Convert, x: Value, axis: int, b: int, e: int, value: Value) -> Value:
+    """`x` with `b` elements of `value` before and `e` after along `axis` (negative: cropped)."""
+    g = cx.g
+    if b < 0 or e < 0:
+        x = g.narrow(x, axis, max(-b, 0), x.shape[axis] - max(-b, 0) - max(-e, 0))
+    def fill(count: int) -> list[Value]:
+        shape = (*x.shape[:axis], count, *x.shape[axis + 1:])
+        return [g.broadcast_to(g.reshape(g.cast(value, x.dtype), [1] * x.ndim), shape)] if count > 0 else []
+
+    parts = fill(b) + [x] + fill(e)
+    return g.concat(parts, axis) if len(parts) > 1 else x
+
+
+# ── Resize ──────────────────────────────────────────────────────────────────
+
+@converts("Resize")
+def _resize(cx: Convert, node) -> list:
+    g = cx.g
+    x = _float(cx, node)
+    if cx.attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise Unsupported("keep_aspect_ratio_policy other than stretch")
+    opset10 = cx.opset.get("", 13) < 11
+    roi = None if opset10 or not cx.has(node, 1) else cx.need_const(node, 1, "roi").astype(np.float64)
+    scales = cx.need_const(node, 1 if opset10 else 2, "scales") if cx.has(node, 1 if opset10 else 2) else None
+    sizes = None if opset10 or not cx.has(node, 3) else cx.need_const(node, 3, "sizes")
+    if scales is not None and scales.size == 0:
+        scales = None
+    axes = [int(a) % x.ndim for a in cx.attr(node, "axes", range(x.ndim))]
+    if roi is not None and roi.size and cx.attr(node, "coordinate_transformation_mode") == "tf_crop_and_resize" \
+            and float(cx.attr(node, "extrapolation_value", 0.0)) != 0.0:
+        raise Unsupported("tf_crop_and_resize with a non-zero extrapolation_value")
+    y = x
+    for j, axis in enumerate(axes):
+        n_in = x.shape[axis]
+        scale = float(scales[j]) if scales is not None else None
+        n_out = int(sizes[j]) if sizes is not None else int(np.floor(n_in * scale))
+        r = (roi[j], roi[len(axes) + j]) if roi is not None and roi.size else None
+        if scale == 1.0 and r is None or (scale is None and n_out == n_in and r is None):
+            continue
+        m = _interpolation(cx, node, n_in, n_out, scale, r)
+        moved, back = _move_last(cx, y, axis)
+        lead = moved.shape[:-1]
+        out = g.reshape(g.matmul(g.reshape(moved, [-1, n_in]), g.constant(m)), [*lead, n_out])
+        y = g.transpose(out, back) if back else out
+    return [y]
+
+
+def _interpolation(cx: Convert, node, n_in: int, n_out: int, scale: float | None,
+                   roi: tuple[float, float] | None) -> np.ndarray:
+    """The `[n_in, n_out]` matrix of ONNX's Resize along one axis (its reference run on an identity)."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "axes"}
+    opset = cx.opset.get("", 13)
+    feeds = {"X": np.eye(n_in, dtype=np.float32)}
+    if opset < 11:
+        names = ["X", "scales"]
+        feeds["scales"] = np.array([1.0, scale], np.float32)
+    else:
+        names = ["X", "roi", "scales", "sizes"]
+        feeds["roi"] = np.array([0, roi[0], 1, roi[1]] if roi else [], np.float32)
+        feeds["scales"] = np.array([1.0, scale] if scale is not None else [], np.float32)
+        if scale is None:
+            feeds["sizes"] = np.array([n_in, n_out], np.int64)
+        else:
+            names = names[:3]
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Resize", names, ["Y"], **attrs)], "resize_axis",
+                          [helper.make_tensor_value_info(n, 0, None) for n in names],
+                          [helper.make_tensor_value_info("Y", 0, None)]),
+        opset_imports=[helper.make_opsetid("", opset)])
+    m, = ReferenceEvaluator(model).run(None, {n: feeds[n] for n in names})
+    if m.shape != (n_in, n_out):
+        raise Unsupported(f"resize of {n_in} to {n_out} gave an interpolation matrix of shape {list(m.shape)}")
+    return np.ascontiguousarray(m, np.float32)
