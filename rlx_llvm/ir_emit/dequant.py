@@ -16,6 +16,7 @@ from typing import Callable, Union
 
 from llvmlite import ir
 
+from .. import jit
 from .. import thunks as T
 from ..errors import ValidationError
 from ..reference.dequant import E2M1, FP8, NVFP4_GROUP, mxfp4x2_planes
@@ -23,8 +24,9 @@ from ..reference.scaled import FORMATS, Minifloat
 from ..registry import lowering
 from . import lowp_floats as lp
 from .context import EmitContext
-from .toolkit import (F32, FASTMATH, I1, I32, I64, I8, carried_loop, const, is_nan, splat, vec, vec_like,
-                      vector_registers)
+from .gemm import ACCUMULATORS, PANEL_VECTORS, TileShape
+from .toolkit import (F32, FASTMATH, I1, I32, I64, I8, carried_loop, const, is_nan, scratch_ptr, splat, vec,
+                      vec_like, vector_registers)
 
 MR = 4   # rows of x sharing each decoded vector of weights
 NC = 2   # vectors of columns per tile (MR·NC accumulators: 8 of AVX2's 16 registers)
@@ -207,15 +209,15 @@ def column_panel(ctx: EmitContext, t: Dequant, j: ir.Value, cols: int, width: in
 
 
 def emit_dequant_matmul(ctx: EmitContext, t: Dequant) -> None:
-    """`dst = x @ dequant(w_q)`: the folded GEMV's column panels when it serves `t`, then (or else) the
-    tiles' column panels of `NC` vectors, single vectors and single columns."""
+    """`dst = x @ dequant(w_q)`: the folded GEMV's or the decoded panels' columns when one serves `t`, then
+    (or else) the tiles' column panels of `NC` vectors, single vectors and single columns."""
     if t.m == 0 or t.n == 0:
         return
-    lanes, gemv = ctx.lanes, folded_gemv(ctx, t)
-    step = gemv.columns if gemv else NC * lanes
+    lanes, sweep = ctx.lanes, folded_gemv(ctx, t) or decoded_panels(ctx, t)
+    step = sweep.columns if sweep else NC * lanes
 
     def columns(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        j = gemv.sweep(sub, t, start, stop) if gemv else start
+        j = sweep.sweep(sub, t, start, stop) if sweep else start
         for cols, width in ((NC, lanes), (1, lanes), (1, 1)):
             j = whole_steps(sub, j, stop, cols * width, lambda col: column_panel(sub, t, col, cols, width))
 
@@ -350,6 +352,89 @@ def folded_gemv(ctx: EmitContext, t: Dequant) -> "FoldedGemv | None":
     cols = max(2, min(PANEL, (registers - 4) // t.m) // 2 * 2)
     return FoldedGemv(int8_panel, lambda b, sums, width: sums, cols, ctx.lanes) if int8 else \
         FoldedGemv(int4_panel, in_column_order, cols, ctx.lanes)
+
+
+# ── decoded panels (m ≥ `PANEL_MIN_ROWS`): decode once, then Sgemm's register tiles over every row ──
+#
+# The tiles decode each weight once per MR rows of x.  For larger m, per column panel of
+# `PANEL_VECTORS` vectors and per slab of k rows (the f32 panel sized to half the L1 data cache), the
+# weights are decoded once into this thread's scratch and Sgemm's micro-kernel (`gemm.TileShape`)
+# multiplies every row of x with them; later slabs add onto dst.  The weights are the tiles' own
+# (`Scheme.weights`), so only the sum order differs.
+
+@dataclass(frozen=True)
+class DecodedPanels:
+    """Panels of `vectors` vectors of `width` columns, decoded `rows` rows of W at a time."""
+
+    vectors: int
+    width: int
+    rows: int
+
+    @property
+    def columns(self) -> int:
+        """Columns per panel."""
+        return self.vectors * self.width
+
+    def sweep(self, ctx: EmitContext, t: Dequant, start: ir.Value, stop: ir.Value) -> ir.Value:
+        """`dst[:, j]` for the whole panels of `start…stop`, slab by slab; returns where they end."""
+        b, end = ctx.b, steps_end(ctx.b, start, stop, self.columns)
+        panel = scratch_ptr(ctx, ctx.scratch_alloc(4 * self.rows * self.columns))
+        with ctx.for_range(start, end, self.columns, name="decoded") as j:
+            with ctx.for_range(0, -(-t.k // self.rows), name="slab") as slab:
+                first = b.mul(slab, I64(self.rows))
+                last = b.add(first, I64(self.rows))
+                last = b.select(b.icmp_signed("<", last, I64(t.k)), last, I64(t.k))
+                self.decode(ctx, t, panel, j, first, last)
+                self.multiply(ctx, t, panel, j, first, b.sub(last, first), b.icmp_signed("==", slab, I64(0)))
+        return end
+
+    def decode(self, ctx: EmitContext, t: Dequant, panel: ir.Value, j: ir.Value, first: ir.Value,
+               last: ir.Value) -> None:
+        """`panel[p − first, c] = w[p, j + c]` for rows `first…last`, scale block by scale block."""
+        b, scheme, n = ctx.b, SCHEMES[type(t)], t.n
+        block_rows = scheme.block_rows(t)
+        columns = [b.add(j, I64(v * self.width)) for v in range(self.vectors)]
+        even = t.n % 2 == 0   # every flat index below is even: nibble decoders need no odd start
+        kb_stop = b.add(b.udiv(b.sub(last, I64(1)), I64(block_rows)), I64(1))
+        with ctx.for_range(b.udiv(first, I64(block_rows)), kb_stop, name="kb") as kb:
+            scales = [scheme.scales(ctx, t, b.add(b.mul(kb, I64(n)), col), self.width) for col in columns]
+            lo, hi = b.mul(kb, I64(block_rows)), b.mul(b.add(kb, I64(1)), I64(block_rows))
+            lo = b.select(b.icmp_signed(">", lo, first), lo, first)
+            hi = b.select(b.icmp_signed("<", hi, last), hi, last)
+            with ctx.for_range(lo, hi, name="p") as p:
+                at = b.mul(b.sub(p, first), I64(self.columns))
+                for v, (col, s) in enumerate(zip(columns, scales)):
+                    flat = b.add(b.mul(p, I64(n)), col)
+                    w = scheme.weights(ctx, t, s, b.and_(flat, I64(-2)) if even else flat, self.width)
+                    ctx.store(0, w, b.add(at, I64(v * self.width)), base=panel)
+
+    def multiply(self, ctx: EmitContext, t: Dequant, panel: ir.Value, j: ir.Value, first: ir.Value,
+                 rows: ir.Value, opening: ir.Value) -> None:
+        """`dst[:, j…] (+)= x[:, first…first + rows] @ panel` by Sgemm's register tiles (the opening slab stores)."""
+        b, k, n = ctx.b, t.k, t.n
+        tile_rows = max(1, ACCUMULATORS.get(self.width, 12) // self.vectors)
+        full = t.m - t.m % tile_rows
+        for start, stop, height in ((0, full, tile_rows), (full, t.m, t.m - full)):
+            if stop > start:
+                store, add = (TileShape(F32, self.width, height, self.vectors, acc).function(ctx) for acc in (0, 1))
+                with ctx.for_range(start, stop, height, name=f"tile{height}") as row:
+                    b.call(b.select(opening, store, add),
+                           [ctx.addr(t.x, b.add(b.mul(row, I64(k)), first), 4), panel,
+                            ctx.addr(t.dst, b.add(b.mul(row, I64(n)), j), 4), I64(k), I64(1),
+                            I64(self.columns), I64(n), rows, I64(self.width), F32(1.0), F32(1.0)])
+
+
+PANEL_MIN_ROWS = 2
+"""Rows of x from which decoding once beats the tiles (measured on AVX2: faster from m = 2 for every kind;
+the tiles decode per row below MR rows and per MR rows above; m = 1 streams better through the tiles)."""
+
+
+def decoded_panels(ctx: EmitContext, t: Dequant) -> "DecodedPanels | None":
+    """Decoded panels when `m ≥ PANEL_MIN_ROWS` and `k ≥ 1`, `rows` filling half the host's L1 data cache."""
+    if t.m < PANEL_MIN_ROWS or t.k == 0:
+        return None
+    columns = PANEL_VECTORS * ctx.lanes
+    return DecodedPanels(PANEL_VECTORS, ctx.lanes, max(8, jit.l1d_bytes() // 2 // (4 * columns)))
 
 
 # ── validation and registration ──────────────────────────────────────────────

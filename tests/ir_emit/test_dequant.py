@@ -8,6 +8,8 @@ DequantMatMulNvfp4 and DequantMatMulMxFp4x2, all in one program.
 * Against the references (f64 sums) for m ∈ {0, 1, 3, 4, 5, 9}, n ∈ {W − 1, W, W + 1, 2W + 1, 301}, k
   odd (a ragged last block; the nibble of a row straddling bytes), symmetric and asymmetric, blocks of
   1 and larger than k, some NVFP4 scale bytes NaN (→ 0); 1 and 2 threads give the same bytes.
+* The decoded panels (m ≥ 2 unless the GEMV folds): slabs of k that split scale blocks, ragged slabs,
+  panels plus a tail of columns, register tiles plus a remainder row.
 * Against an independent decode written from the spec text with `ml_dtypes`' decoders plus a float64 matmul.
 * The f16-conversion decoders (`lowp_floats.decode_via_f16`) equal the integer-bit ones for every code of
   every format they serve, and with them switched off the float cases give the same bytes.
@@ -128,6 +130,12 @@ BLOCKED = [v for v in VARIANTS if v.kind in (T.DequantMatMul, T.DequantMatMulInt
 SHAPES = [(1, 37, W - 1), (3, 37, W), (4, 37, W + 1), (5, 37, 2 * W + 1), (0, 37, W), (9, 131, 301)]
 """(m, k, n), blocks of 16: k = 37 leaves a ragged last block; 9×131×301 splits columns across threads."""
 
+PANEL_SHAPES = [(7, 150, 4 * W + 3, 48), (6, 150, 8 * W + 2, 48)]
+"""(m, k, n, block) for the decoded panels (m ≥ 2 where the folded GEMV does not serve): 150 rows are
+slabs of 128 (AVX2) or 64 (AVX-512) with a ragged last one, blocks of 48 straddle slab boundaries (FP8's
+one block spans them all, NVFP4's 16-row groups end ragged); a whole panel and a tail of columns, n odd
+and even; 7 rows are two of AVX2's 3-row register tiles and one row."""
+
 GEMV_SHAPES = [(1, 131, 1030, 16), (3, 37, 8 * W + 6, 16), (4, 20, 4 * W + 2, 64), (2, 37, 6 * W + 2, 16)]
 """(m, k, n, block) for the folded GEMV (Int8, Int4 with n even; m ≤ 4): whole panels and a tail of
 columns on AVX2 and AVX-512; 1×131×1030 splits its panels across threads."""
@@ -194,6 +202,10 @@ def build() -> tuple[Suite, dict[str, np.ndarray]]:
             add_gemm(s, v, 2, 5, 9, block=1)          # one row per block
             add_gemm(s, v, 4, 20, 3, block=64)        # one partial block, n below a vector
     add_gemm(s, fp8_variant(False), 2, 1, 5)      # k = 1
+    for v in VARIANTS:
+        if not v.name.endswith("-sym"):
+            for m, k, n, block in PANEL_SHAPES:
+                add_gemm(s, v, m, k, n, block)
     for v in VARIANTS[:4]:                        # Int8 and Int4, sym and asym
         for m, k, n, block in GEMV_SHAPES if v.name.endswith("-asym") else GEMV_SHAPES[-1:]:
             add_gemm(s, v, m, k, n, block)
@@ -205,14 +217,30 @@ SUITE, DECODED = build()
  test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
+def folds(t) -> bool:
+    """Whether the folded GEMV serves `t`: Int8, or Int4 with n even, at 1 ≤ m ≤ 4."""
+    int8, int4 = isinstance(t, T.DequantMatMul), isinstance(t, T.DequantMatMulInt4)
+    return (int8 or int4 and t.n % 2 == 0) and 1 <= t.m <= 4
+
+
+def cases_with(outcome, label: str) -> set[str]:
+    """The cases whose IR has a loop block named `label`."""
+    return {c.name for i, c in enumerate(SUITE.cases) if f"{label}.header:" in outcome.program.llvm_ir(thunk=i)}
+
+
 def test_gemv_cases_take_the_folded_path(outcome) -> None:
     """The folded GEMV (its block-outer panel loop) serves exactly Int8 and even-n Int4 with 1 ≤ m ≤ 4,
     the GEMV cases among them."""
-    def folds(t) -> bool:
-        int8, int4 = isinstance(t, T.DequantMatMul), isinstance(t, T.DequantMatMulInt4)
-        return (int8 or int4 and t.n % 2 == 0) and 1 <= t.m <= 4
-    folded = {c.name for i, c in enumerate(SUITE.cases) if "panel.header:" in outcome.program.llvm_ir(thunk=i)}
-    assert folded == {c.name for c in SUITE.cases if folds(c.thunk)}
+    assert cases_with(outcome, "panel") == {c.name for c in SUITE.cases if folds(c.thunk)}
+
+
+def test_other_cases_from_two_rows_take_the_decoded_panels(outcome) -> None:
+    """The decoded panels (their slab loop) serve exactly the cases with m ≥ 2 and k ≥ 1 that do not fold,
+    the panel cases among them."""
+    panels = {c.name for c in SUITE.cases if c.thunk.m >= 2 and c.thunk.k >= 1 and not folds(c.thunk)}
+    shapes = [f"-{m}x{k}x{n}-b{block}" for m, k, n, block in PANEL_SHAPES]
+    panel_cases = {c.name for c in SUITE.cases if any(c.name.endswith(shape) for shape in shapes)}
+    assert cases_with(outcome, "slab") == panels and len(panel_cases) == 12 and panel_cases <= panels
 
 
 @pytest.mark.parametrize("case", sorted(DECODED))
