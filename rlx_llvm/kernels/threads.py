@@ -16,6 +16,8 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 from ..errors import RlxError
 
@@ -126,3 +128,27 @@ def pool_threads() -> dict[str, int]:
     """`{library path: threads}` of every loaded OpenBLAS pool (for docs and tests)."""
     _load_pools()
     return {path: threads for path, (_, threads) in _get_via_symbols().items()}
+
+
+@contextmanager
+def blas_threads_at_most(n: int) -> Iterator[None]:
+    """Within the block, every loaded OpenBLAS pool runs on at most `n` threads; after it, each pool
+    gets its own count back (rlx_llvm's own loops are not touched)."""
+    _load_pools()
+    with _lock:
+        before = _get_via_symbols()
+        for path, (_, threads) in before.items():
+            _set_one(path, min(n, threads))
+    try:
+        yield
+    finally:
+        with _lock:
+            for path, (_, threads) in before.items():
+                _set_one(path, threads)
+
+
+def _set_one(path: str, n: int) -> None:
+    setter = _symbol(ctypes.CDLL(path), _SETTERS)
+    if setter is not None:
+        setter.argtypes, setter.restype = [ctypes.c_int], None
+        setter(n)

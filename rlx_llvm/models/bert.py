@@ -185,15 +185,18 @@ def pack_weights(config: BertConfig, weights: dict[str, np.ndarray], quant: Quan
 def awq_layers(config: BertConfig, weights: dict[str, np.ndarray], calibration: list[list[int]],
                quant: Quant) -> "list[dict[str, ScaledLinear]]":
     """Every layer's four linears AWQ-scaled for `quant` (`models.awq`), from the f32 model's
-    activations over the `calibration` token rows."""
+    activations over the `calibration` token rows.  NumPy's BLAS runs on one thread meanwhile: its
+    many mid-size products took 7× the CPU time (and 4× the wall time) on two threads of a busy host."""
+    from ..kernels.threads import blas_threads_at_most
     from .awq import calibration_stats, scale_layer
     w = {k.removeprefix("bert."): v for k, v in weights.items()}
     layers = [_layer(w, i) for i in range(config.num_hidden_layers)]
     embeddings = (w["embeddings.word_embeddings.weight"], w["embeddings.position_embeddings.weight"],
                   w["embeddings.token_type_embeddings.weight"])
-    stats = calibration_stats(layers, (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"]),
-                              calibration, embeddings, config.num_attention_heads, config.layer_norm_eps)
-    return [scale_layer(layer, st, quant) for layer, st in zip(layers, stats)]
+    with blas_threads_at_most(1):
+        stats = calibration_stats(layers, (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"]),
+                                  calibration, embeddings, config.num_attention_heads, config.layer_norm_eps)
+        return [scale_layer(layer, st, quant) for layer, st in zip(layers, stats)]
 
 
 def weight_layout(packed: dict[str, np.ndarray]) -> Layout:

@@ -118,6 +118,14 @@ def test_awq_lowers_the_output_error_of_a_layer_with_outlier_channels():
         float(np.square(x_cal @ (roundtrip(w, "q4_0") - w).T).mean(0).sum()), rel=1e-4)
 
 
+def test_calibration_runs_blas_on_one_thread_and_gives_the_pools_back():
+    from rlx_llvm.kernels.threads import blas_threads_at_most, pool_threads
+    before = pool_threads()
+    with blas_threads_at_most(1):
+        assert set(pool_threads().values()) == {1}
+    assert pool_threads() == before
+
+
 def test_the_calibration_set_is_not_the_golden_sentences():
     assert not set(CALIBRATION_TEXTS) & set(GOLDEN["sentences"])
 
