@@ -26,12 +26,13 @@ from .linalg import LinalgOps
 from .losses import LossOps
 from .nn import NNOps
 from .reductions import ReductionOps
+from .recurrent import RecurrentOps
 from .shape import ShapeOps
 from .session import CompiledGraph, Session
 
 
 class Graph(ConvOps, AttentionOps, ExtraOps, FftOps, ElementwiseOps, LinalgOps, ShapeOps, ReductionOps, NNOps, LossOps,
-            GraphCore):
+            RecurrentOps, GraphCore):
     """A model under construction: sources (`input`, `param`, `constant`), ops, `set_outputs`."""
 
 
