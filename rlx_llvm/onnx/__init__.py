@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..graph import CompiledGraph, Graph, Session
-from . import ops_index, ops_math, ops_nn, ops_shape, ops_rnn  # noqa: F401  (register converters)
+from . import ops_index, ops_math, ops_nn, ops_shape, ops_rnn, ops_contrib  # noqa: F401  (register converters)
 from .importer import CONVERTERS, OnnxImportError, Unsupported, converts, load
 
 

@@ -1,0 +1,135 @@
+"""ONNX Runtime contrib ops (domain com.microsoft) that exported transformers use: Gelu, BiasGelu, FastGelu,
+SkipLayerNormalization, SkipSimplifiedLayerNormalization, Attention, MatMulNBits.
+
+MatMulNBits' weights are import-time constants: they are dequantized once, exactly (`(q − zero)·scale` in f32),
+into an f32 `[K, N]` constant and multiplied by `matmul`, so the product is the one ORT computes at
+`accuracy_level` 0 (higher levels let ORT quantize A to int8: ours stays f32).  Attention's fused QKV
+projection is one matmul whose result is narrowed into q, k, v (the `bert_layer` fusion's pattern).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Value
+from .importer import Convert, Unsupported, converts
+from .ops_math import _float, _vector
+
+MS = "com.microsoft"
+GELUS = {"Gelu": "gelu", "BiasGelu": "gelu", "FastGelu": "gelu_approx"}
+
+
+def _refuse_outputs(node, slots: dict[int, str]) -> None:
+    """Unsupported when an optional output this converter does not produce is requested."""
+    for i, what in slots.items():
+        if i < len(node.output) and node.output[i]:
+            raise Unsupported(f"output {i} ({what}) is not produced")
+
+
+@converts(*GELUS, domain=MS)
+def _gelu(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    if cx.has(node, 1):
+        x = x + cx.tensor(node.input[1])
+    return [cx.g.activation(GELUS[node.op_type], x)]
+
+
+@converts("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", domain=MS)
+def _skip_layer_norm(cx: Convert, node) -> list:
+    """`s = input + skip (+ bias)`; outputs LayerNorm(s) (RMS norm for the simplified one) and s."""
+    _refuse_outputs(node, {1: "mean", 2: "inv_std_var"})
+    simplified = node.op_type == "SkipSimplifiedLayerNormalization"
+    x, g = _float(cx, node), cx.g
+    h = x.shape[-1]
+    s = x + cx.tensor(node.input[1])
+    bias_slot = 3 if simplified else 4
+    if cx.has(node, bias_slot):
+        s = s + cx.tensor(node.input[bias_slot])
+    gamma = _vector(cx, cx.tensor(node.input[2]), h)
+    beta = _vector(cx, cx.tensor(node.input[3]), h) if not simplified and cx.has(node, 3) else \
+        g.constant(np.zeros(h, np.float32))
+    eps = float(cx.attr(node, "epsilon", 1e-12))
+    norm = g.rms_norm(s, gamma, beta, eps) if simplified else g.layer_norm(s, gamma, beta, eps=eps)
+    return [norm, None, None, s]
+
+
+@converts("Attention", domain=MS)
+def _attention(cx: Convert, node) -> list:
+    """Self-attention with a fused QKV projection; mask_index as 2-D keep flags or 1-D end positions."""
+    for i, what in ((4, "past"), (5, "attention_bias"), (6, "past_sequence_length")):
+        if cx.has(node, i):
+            raise Unsupported(f"input {i} ({what}) is not supported")
+    _refuse_outputs(node, {1: "present"})
+    if cx.attr(node, "do_rotary", 0):
+        raise Unsupported("do_rotary is not supported")
+    g = cx.g
+    x = _float(cx, node)
+    heads = int(cx.attr(node, "num_heads"))
+    w = cx.tensor(node.input[1])
+    sizes = list(cx.attr(node, "qkv_hidden_sizes", [w.shape[1] // 3] * 3))
+    if sizes[0] != sizes[1] or any(s % heads for s in sizes):
+        raise Unsupported(f"qkv_hidden_sizes {sizes}: q and k must have one size, each a multiple of num_heads")
+    qkv = g.matmul(x, w)
+    if cx.has(node, 2):
+        qkv = qkv + cx.tensor(node.input[2])
+    starts = np.cumsum([0, *sizes])
+    q, k, v = (g.narrow(qkv, -1, int(a), int(n)) for a, n in zip(starts, sizes))
+    head_dim = sizes[0] // heads
+    scale = cx.attr(node, "scale")
+    scale = None if not scale else float(scale)
+    causal = bool(cx.attr(node, "unidirectional", 0))
+    if not cx.has(node, 3):
+        return [g.attention_kind(q, k, v, heads, head_dim, "causal" if causal else "none", scale)]
+    if causal:
+        raise Unsupported("unidirectional together with mask_index is not supported")
+    return [g.attention(q, k, v, _keep_mask(cx, node, x), heads, head_dim, scale)]
+
+
+def _keep_mask(cx: Convert, node, x: Value) -> Value:
+    """mask_index as an f32 `[batch, seq]` keep-mask: 2-D flags as they are, 1-D as `position < end[b]`."""
+    g, (batch, seq, _) = cx.g, x.shape
+    mask = cx.tensor(node.input[3])
+    if mask.shape == (batch, seq):
+        return g.cast(mask, "f32")
+    if mask.shape == (batch,):
+        ends = g.reshape(g.cast(mask, "f32"), [batch, 1])
+        positions = g.constant(np.arange(seq, dtype=np.float32).reshape(1, seq))
+        return g.cast(g.compare("lt", g.broadcast_to(positions, (batch, seq)), g.broadcast_to(ends, (batch, seq))),
+                      "f32")
+    raise Unsupported(f"mask_index of shape {list(mask.shape)} (only [batch, seq] flags or [batch] end positions)")
+
+
+# ── MatMulNBits ─────────────────────────────────────────────────────────────
+
+def unpack_codes(packed: np.ndarray, bits: int) -> np.ndarray:
+    """Little-end-first codes of `bits` (4 or 8) from uint8 bytes along the last axis."""
+    if bits == 8:
+        return packed.astype(np.int32)
+    if bits != 4:
+        raise Unsupported(f"bits={bits} (4 and 8 are supported)")
+    return np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1).astype(np.int32)
+
+
+def dequantized_nbits(cx: Convert, node) -> np.ndarray:
+    """MatMulNBits' B as f32 `[K, N]`: per (column n, block) `(q − zero)·scale`."""
+    k, n, bits, block = (int(cx.attr(node, a)) for a in ("K", "N", "bits", "block_size"))
+    if cx.has(node, 4):
+        raise Unsupported("g_idx (act-order groups) is not supported")
+    blocks = -(-k // block)
+    codes = unpack_codes(cx.need_const(node, 1, "B"), bits).reshape(n, blocks, -1)[:, :, :block]
+    scales = cx.need_const(node, 2, "scales").astype(np.float32).reshape(n, blocks)
+    if not cx.has(node, 3):
+        zero = np.full((n, blocks), 1 << (bits - 1), np.float32)
+    else:
+        z = cx.need_const(node, 3, "zero_points")
+        zero = (unpack_codes(z.reshape(n, -1), bits)[:, :blocks] if z.dtype == np.uint8
+                else z.reshape(n, blocks)).astype(np.float32)
+    w = (codes.astype(np.float32) - zero[..., None]) * scales[..., None]
+    return np.ascontiguousarray(w.reshape(n, blocks * block)[:, :k].T)
+
+
+@converts("MatMulNBits", domain=MS)
+def _matmul_nbits(cx: Convert, node) -> list:
+    a = _float(cx, node)
+    w = dequantized_nbits(cx, node)
+    y = cx.g.matmul(a, cx.g.constant(w))
+    return [y + cx.tensor(node.input[5]) if cx.has(node, 5) else y]
