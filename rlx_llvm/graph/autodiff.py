@@ -364,14 +364,37 @@ def _vjp_rope(g, node, ins, y, dy):
 
 @vjp("attention")
 def _vjp_attention(g, node, ins, y, dy):
-    """AttentionBackwardAll (one recompute for dQ, dK, dV); it computes K/V heads = heads, scale 1/√head_dim."""
-    q, k, v = ins[:3]
+    """AttentionBackwardAll (one recompute for dQ, dK, dV), which takes K/V heads = heads and scale 1/√D: a
+    scale s is folded into q (q·s√D), grouped K/V heads are repeated per query head and summed back."""
+    q, k, v, *mask = ins
     a = node.attrs
-    if k.shape[-1] != q.shape[-1] or v.shape[-1] != q.shape[-1] or not math.isclose(a["scale"], a["head_dim"] ** -0.5):
-        raise GraphError(f"grad: %{node.id} attention has a gradient for K/V heads = heads and the default scale "
-                         f"only, got q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}, scale {a['scale']}")
-    mask = [] if len(ins) == 3 else [None if a["mask_kind"] == MaskKind.Custom else NOT_DIFFERENTIABLE]
-    return [*attention_backward(g, ins, dy, a), *mask]
+    d, heads = a["head_dim"], a["heads"]
+    kv_heads = k.shape[-1] // d
+    if v.shape[-1] != k.shape[-1]:
+        raise GraphError(f"grad: %{node.id} attention has a gradient when values have the head_dim of keys "
+                         f"only, got k {list(k.shape)} and v {list(v.shape)}")
+    fold = a["scale"] * math.sqrt(d)
+    scaled = not math.isclose(fold, 1.0)
+    kr, vr = (_repeat_heads(g, node, x, kv_heads, heads // kv_heads, d) for x in (k, v))
+    dq, dk, dv = attention_backward(g, (q * fold if scaled else q, kr, vr, *mask), dy, a)
+    grads = [dq * fold if scaled else dq] + [_sum_heads(g, dx, x, kv_heads, heads // kv_heads, d)
+                                             for dx, x in ((dk, k), (dv, v))]
+    return grads + [None if a["mask_kind"] == MaskKind.Custom else NOT_DIFFERENTIABLE for _ in mask]
+
+
+def _repeat_heads(g: GraphCore, node: Node, x: Value, kv_heads: int, rep: int, d: int) -> Value:
+    """`[b, kv, kv_heads·d]` → `[b, kv, kv_heads·rep·d]`: each K/V head repeated for its `rep` query heads."""
+    if rep == 1:
+        return x
+    if x.shape[1] == DYNAMIC:
+        raise GraphError(f"grad: %{node.id} attention with grouped K/V heads needs a static kv_seq, got {list(x.shape)}")
+    ones = g.constant(np.ones((1, 1, rep, 1), np.float32))
+    return g.reshape(g.reshape(x, [-1, kv_heads, 1, d]) * ones, [-1, x.shape[1], kv_heads * rep * d])
+
+
+def _sum_heads(g: GraphCore, dx: Value, like: Value, kv_heads: int, rep: int, d: int) -> Value:
+    """The adjoint of `_repeat_heads`: the `rep` copies of each head summed."""
+    return dx if rep == 1 else reshape_as(g, g.sum(g.reshape(dx, [-1, kv_heads, rep, d]), 2), like)
 
 
 # ── optimizers ──────────────────────────────────────────────────────────────

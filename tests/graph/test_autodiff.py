@@ -246,14 +246,16 @@ def conv_attention_group(g):
     x, w, wg = g.input("x", [2, 4, 6, 5]), g.input("w", [3, 4, 3, 2]), g.input("wg", [4, 2, 3, 3])
     q, k, v, keep = g.input("q", [2, 3, 8]), g.input("k", [2, 4, 8]), g.input("v", [2, 4, 8]), g.input("keep", [2, 4])
     r, cos, sin = g.input("r", [2, 3, 8]), g.input("cos", [3, 2]), g.input("sin", [3, 2])
+    kg, vg = g.input("kg", [2, 4, 4]), g.input("vg", [2, 4, 4])
     terms = [g.conv2d(x, w, stride=(2, 1), padding=1), g.conv2d(x, wg, padding=(1, 0), dilation=(2, 1), groups=2),
              g.max_pool2d(x, 2), g.avg_pool2d(x, (3, 2), stride=(2, 2), padding=(1, 1)),
              g.rope(r, cos, sin, 4), g.rope(r, cos, sin, 4, interleaved=True),
              g.attention_kind(q, k, v, 2, 4), g.attention_kind(q, k, v, 2, 4, "causal"),
-             g.attention_kind(q, k, v, 2, 4, "sliding:1"), g.attention(q, k, v, keep, 2, 4)]
+             g.attention_kind(q, k, v, 2, 4, "sliding:1"), g.attention(q, k, v, keep, 2, 4),
+             g.attention_kind(q, kg, vg, 2, 4, "causal", scale=0.3)]                  # GQA, 1 K/V head
     return terms, {"x": f32(2, 4, 6, 5), "w": f32(3, 4, 3, 2), "wg": f32(4, 2, 3, 3), "q": f32(2, 3, 8),
                    "k": f32(2, 4, 8), "v": f32(2, 4, 8), "keep": np.array([[1, 0, 1, 1], [1, 1, 1, 0]], np.float32),
-                   "r": f32(2, 3, 8), "cos": f32(3, 2), "sin": f32(3, 2)}
+                   "r": f32(2, 3, 8), "cos": f32(3, 2), "sin": f32(3, 2), "kg": f32(2, 4, 4), "vg": f32(2, 4, 4)}
 
 
 GROUPS = {"elementwise": elementwise_group, "reductions": reduction_group, "shape": shape_group,
@@ -315,10 +317,10 @@ def test_errors_name_the_problem(build, match):
 
 def test_gradients_the_thunks_lack_are_refused():
     g = rl.Graph("g")
-    q, kv = g.input("q", [1, 2, 8]), g.input("kv", [1, 2, 4])
+    q, k, v = g.input("q", [1, 2, 8]), g.input("k", [1, 2, 4]), g.input("v", [1, 2, 6])
     cos, sin = g.input("cos", [2, 2]), g.input("sin", [2, 2])
-    g.set_outputs([g.sum(g.attention_kind(q, kv, kv, 2, 4))])                   # GQA: 1 K/V head for 2
-    with pytest.raises(rl.GraphError, match="K/V heads = heads"):
+    g.set_outputs([g.sum(g.attention_kind(q, k, v, 2, 4))])                     # values 6 wide, keys 4
+    with pytest.raises(rl.GraphError, match="head_dim of keys"):
         rl.grad(g, ["q"])
     g.set_outputs([g.sum(g.rope(q, cos, sin, 4))])
     assert len(rl.grad(g, ["q"]).outputs) == 2
