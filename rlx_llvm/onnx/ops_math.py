@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import DType
 from ..graph import Value
 from .importer import Convert, Unsupported, converts
 
@@ -21,19 +22,37 @@ def _float(cx: Convert, node, i: int = 0) -> Value:
     return v
 
 
+INTEGERS = {DType.I8, DType.U8, DType.I16, DType.I32, DType.U32, DType.I64}
+
+
+def arithmetic(cx: Convert, op: str, a: Value, b: Value) -> Value:
+    """`a op b`: float regions for f32/f16/bf16, else i64 (integers, cast back) or f64 `wide_binary`."""
+    if a.dtype.is_float and a.dtype != DType.F64:
+        if b.dtype != a.dtype:          # Pow's exponent may be of another type
+            b = cx.g.cast(b, a.dtype)
+        return cx.g.binary(op, a, b)
+    if a.dtype not in INTEGERS and a.dtype != DType.F64:
+        raise Unsupported(f"{op} of {a.dtype.value} tensors")
+    wide = DType.F64 if a.dtype == DType.F64 else DType.I64
+    y = cx.g.wide_binary(op, *(v if v.dtype == wide else cx.g.cast(v, wide) for v in (a, b)))
+    return y if a.dtype == wide else cx.g.cast(y, a.dtype)
+
+
 @converts(*BINARY)
 def _binary(cx: Convert, node) -> list:
-    return [cx.g.binary(BINARY[node.op_type], _float(cx, node, 0), _float(cx, node, 1))]
+    return [arithmetic(cx, BINARY[node.op_type], cx.tensor(node.input[0]), cx.tensor(node.input[1]))]
 
 
 @converts("Max", "Min", "Sum", "Mean")
 def _variadic(cx: Convert, node) -> list:
     op = {"Max": "max", "Min": "min", "Sum": "add", "Mean": "add"}[node.op_type]
-    vals = [_float(cx, node, i) for i in range(len(node.input))]
+    vals = [cx.tensor(i) for i in node.input]
     out = vals[0]
     for v in vals[1:]:
-        out = cx.g.binary(op, out, v)
-    return [out * (1.0 / len(vals)) if node.op_type == "Mean" else out]
+        out = arithmetic(cx, op, out, v)
+    if node.op_type == "Mean":
+        out = arithmetic(cx, "mul", out, cx.g.constant(np.full((), 1.0 / len(vals)), out.dtype))
+    return [out]
 
 
 @converts(*UNARY)

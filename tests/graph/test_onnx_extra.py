@@ -1,0 +1,52 @@
+"""graph/onnx_extra.py: wide_binary (i64 through BinaryFull's 8-byte lanes, f64 through BinaryFullF64) against
+NumPy, with broadcasting; one compiled program for all ops."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rlx_llvm as rl
+
+RNG = np.random.default_rng(15)
+I64_RULES = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
+             "div": lambda a, b: np.where(b == 0, 0, np.trunc(a / np.where(b == 0, 1, b))).astype(np.int64),
+             "mod": lambda a, b: np.where(b == 0, 0, np.fmod(a, np.where(b == 0, 1, b))),
+             "bitxor": np.bitwise_xor}
+F64_RULES = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum}
+
+
+@pytest.fixture(scope="module")
+def results():
+    g = rl.Graph("wide")
+    a, b = g.input("a", [3, 4], "i64"), g.input("b", [4], "i64")
+    x, y = g.input("x", [2, 1, 3], "f64"), g.input("y", [4, 1], "f64")
+    outs = [g.wide_binary(op, a, b) for op in I64_RULES] + [g.wide_binary(op, x, y) for op in F64_RULES]
+    g.set_outputs(outs)
+    feeds = {"a": RNG.integers(-50, 50, (3, 4)), "b": np.array([7, -3, 0, 5], np.int64),
+             "x": RNG.standard_normal((2, 1, 3)), "y": RNG.standard_normal((4, 1)) + 3.0}
+    return feeds, rl.Session().compile(g).run(feeds)
+
+
+@pytest.mark.parametrize("k, op", list(enumerate(I64_RULES)))
+def test_i64(results, k, op):
+    feeds, outs = results
+    assert outs[k].dtype == np.int64
+    np.testing.assert_array_equal(outs[k], I64_RULES[op](feeds["a"], feeds["b"]))
+
+
+@pytest.mark.parametrize("k, op", list(enumerate(F64_RULES)))
+def test_f64(results, k, op):
+    feeds, outs = results
+    got = outs[len(I64_RULES) + k]
+    assert got.dtype == np.float64 and got.shape == (2, 4, 3)
+    np.testing.assert_allclose(got, F64_RULES[op](feeds["x"], feeds["y"]), rtol=1e-15)
+
+
+def test_refuses_mixed_and_float_bits():
+    g = rl.Graph("bad")
+    with pytest.raises(rl.GraphError, match="must both be i64 or both f64"):
+        g.wide_binary("add", g.input("a", [2], "i64"), g.input("b", [2], "f32"))
+    with pytest.raises(rl.GraphError, match="bit operations"):
+        g.wide_binary("bitand", g.input("x", [2], "f64"), g.input("y", [2], "f64"))
+    with pytest.raises(rl.GraphError, match="unknown op"):
+        g.wide_binary("atan2", g.input("p", [2], "i64"), g.input("q", [2], "i64"))
