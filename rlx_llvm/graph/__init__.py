@@ -25,6 +25,7 @@ from .fft import FftOps
 from .linalg import LinalgOps
 from .losses import LossOps
 from .nn import NNOps
+from .onnx_extra import OnnxExtraOps
 from .reductions import ReductionOps
 from .recurrent import RecurrentOps
 from .shape import ShapeOps
@@ -32,7 +33,7 @@ from .session import CompiledGraph, Session
 
 
 class Graph(ConvOps, AttentionOps, ExtraOps, FftOps, ElementwiseOps, LinalgOps, ShapeOps, ReductionOps, NNOps, LossOps,
-            RecurrentOps, GraphCore):
+            RecurrentOps, OnnxExtraOps, GraphCore):
     """A model under construction: sources (`input`, `param`, `constant`), ops, `set_outputs`."""
 
 
