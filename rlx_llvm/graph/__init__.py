@@ -26,6 +26,7 @@ from .linalg import LinalgOps
 from .losses import LossOps
 from .nn import NNOps
 from .onnx_extra import OnnxExtraOps
+from .quant import QuantOps
 from .reductions import ReductionOps
 from .recurrent import RecurrentOps
 from .shape import ShapeOps
@@ -33,7 +34,7 @@ from .session import CompiledGraph, Session
 
 
 class Graph(ConvOps, AttentionOps, ExtraOps, FftOps, ElementwiseOps, LinalgOps, ShapeOps, ReductionOps, NNOps, LossOps,
-            RecurrentOps, OnnxExtraOps, GraphCore):
+            RecurrentOps, QuantOps, OnnxExtraOps, GraphCore):
     """A model under construction: sources (`input`, `param`, `constant`), ops, `set_outputs`."""
 
 
