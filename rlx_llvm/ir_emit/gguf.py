@@ -643,10 +643,10 @@ def decode_panel(ctx: EmitContext, t: T.DequantMatMulGguf, panel: int, stride: i
         out = b.mul(c, I64(stride))
         with ctx.for_range(b0, b1, name="pblk") as blk:
             at = b.sub(blk, b0)
-            ptr = ctx.addr(t.w_q, b.add(first, b.mul(at, I64(nbytes))))
+            byte = b.mul(at, I64(nbytes))
             for line in range(0, nbytes, 64):
-                prefetch(ctx, t.w_q, b.add(first_ahead, b.mul(at, I64(nbytes))) if not line else
-                         b.add(first_ahead, b.add(b.mul(at, I64(nbytes)), I64(min(line, nbytes - 1)))))
+                prefetch(ctx, t.w_q, b.add(b.add(first_ahead, byte), I64(line)))
+            ptr = ctx.addr(t.w_q, b.add(first, byte))
             for e, values in enumerate(decode_block(b, name, ptr, width)):
                 index = b.add(out, b.add(b.mul(at, I64(elems)), I64(e * width)))
                 ctx.store(panel, values, index, base=ctx.scratch)
