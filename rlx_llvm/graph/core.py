@@ -39,6 +39,13 @@ class Node:
     shape: Shape
     dtype: DType
     name: str | None = None
+    origin: int | None = None
+    """The id of the node this one was made from in the user's graph (fusion passes renumber)."""
+
+    @property
+    def source_id(self) -> int:
+        """The id the user's graph gave this node (or its fused root)."""
+        return self.id if self.origin is None else self.origin
 
     def describe(self) -> str:
         """`%3 = matmul(%1, %2) {…} : [2, 4] f32` — one line of the graph's listing."""
@@ -208,7 +215,7 @@ class GraphCore:
             arr = np.asarray(value)
             if arr.shape != dims:
                 raise GraphError(f"param {name!r}: value of shape {list(arr.shape)} for declared {list(dims)}")
-            self.param_values[name] = np.ascontiguousarray(arr, dtype=v.dtype.numpy)
+            self.param_values[name] = np.array(arr, dtype=v.dtype.numpy, order="C")
         return v
 
     def constant(self, value: "np.ndarray | float | int | Sequence", dtype: "DType | str | None" = None) -> Value:
@@ -218,7 +225,7 @@ class GraphCore:
         if dt is None:
             dt = DType.F32 if data.dtype.kind == "f" else parse_dtype(data.dtype, "constant")
             data = data.astype(dt.numpy)
-        return self.add_node("constant", (), {"data": np.ascontiguousarray(data)}, shape=data.shape, dtype=dt)
+        return self.add_node("constant", (), {"data": np.array(data, order="C")}, shape=data.shape, dtype=dt)
 
     def set_outputs(self, outputs: "Sequence[Value | int]") -> None:
         """The values `run` returns, in order."""

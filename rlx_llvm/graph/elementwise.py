@@ -266,12 +266,13 @@ def _expand(ctx: LowerContext, operand, n: Node, out_shape: tuple):
 
 
 def _lower_standalone_activation(ctx: LowerContext, node: Node) -> None:
-    """Activations a region computes differently (erf GELU): copy, then ActivationInPlace."""
+    """Activations a region computes differently (erf GELU): ActivationInPlace, on a copy unless the input dies here."""
     src = node.inputs[0]
     if node.dtype != DType.F32:
         raise GraphError(f"%{node.id} activation gelu: lowered for f32 only, got {node.dtype.value}")
     total = numel(node.shape)
-    copy_into(ctx, src, node.id, total * 4)
+    if not ctx.reuse_input(node, src):
+        copy_into(ctx, src, node.id, total * 4)
     ctx.emit(lambda at: T.ActivationInPlace(data=at(node.id), len=total, act=node.attrs["act"]),
              reads=[node.id], writes=[node.id])
 

@@ -61,7 +61,7 @@ class Rewriter:
     def keep(self, node: Node, **changes) -> int:
         """Append `node` (with `changes`) to the new graph; its inputs are remapped."""
         inputs = tuple(self.map[i] for i in changes.pop("inputs", node.inputs))
-        new = dataclasses.replace(node, id=len(self.new.nodes), inputs=inputs, **changes)
+        new = dataclasses.replace(node, id=len(self.new.nodes), inputs=inputs, origin=node.source_id, **changes)
         self.new.nodes.append(new)
         self.map[node.id] = new.id
         return new.id
@@ -103,7 +103,7 @@ def fuse_regions(graph: GraphCore, log: FusionLog) -> GraphCore:
             p = graph.nodes[src]
             sub = regions.get(src)
             if (sub and count[src] == 1 and p.shape == node.shape and node.op != "region"
-                    and len(set(ext) | set(sub[0])) <= MAX_REGION_INPUTS
+                    and len(set(ext) | set(sub[0]) | set(node.inputs[j + 1:])) <= MAX_REGION_INPUTS
                     and len(chain) + len(sub[1]) + 1 <= MAX_REGION_STEPS):
                 operands.append(_splice(sub, ext, chain))
                 absorbed.add(src)
@@ -122,7 +122,7 @@ def fuse_regions(graph: GraphCore, log: FusionLog) -> GraphCore:
         if chain is not None and len(chain) > 1:
             rw.keep(node, op="region", inputs=tuple(ext),
                     attrs={"chain": tuple(chain), "dtype": node.dtype, "shape": node.shape})
-            log.add("region", f"%{node.id}: {len(chain)} element-wise ops → one ElementwiseRegion over "
+            log.add("region", f"%{node.source_id}: {len(chain)} element-wise ops → one ElementwiseRegion over "
                               f"{len(ext)} input(s)")
         else:
             rw.keep(node)
@@ -275,7 +275,7 @@ def fuse_bert_layers(graph: GraphCore, log: FusionLog) -> GraphCore:
         if node.id in found:
             hit = found[node.id]
             rw.keep(node, op="fused_bert_layer", inputs=hit["inputs"], attrs=hit["attrs"])
-            log.add("bert_layer", f"%{node.id}: {len(hit['inner']) + 1} nodes → FusedBertLayer")
+            log.add("bert_layer", f"%{node.source_id}: {len(hit['inner']) + 1} nodes → FusedBertLayer")
         elif node.id not in dead:
             rw.keep(node)
     return rw.finish()
@@ -315,7 +315,7 @@ def fuse_matmul_bias_act(graph: GraphCore, log: FusionLog) -> GraphCore:
         if node.id in found:
             x, w, b, act = found[node.id]
             rw.keep(node, op="fused_matmul_bias_act", inputs=(x, w, b), attrs={"act": act})
-            log.add("matmul_bias_act", f"%{node.id}: matmul + bias{' + ' + act.name if act else ''} → FusedMmBiasAct")
+            log.add("matmul_bias_act", f"%{node.source_id}: matmul + bias{' + ' + act.name if act else ''} → FusedMmBiasAct")
         elif node.id not in dead:
             rw.keep(node)
     return rw.finish()
@@ -354,7 +354,7 @@ def fuse_transposed_matmul(graph: GraphCore, log: FusionLog) -> GraphCore:
         if node.id in found:
             inputs, attrs = found[node.id]
             rw.keep(node, op="matmul_t", inputs=inputs, attrs=attrs)
-            log.add("matmul_t", f"%{node.id}: matmul of a transposed operand → SgemmT "
+            log.add("matmul_t", f"%{node.source_id}: matmul of a transposed operand → SgemmT "
                                 f"(ta={attrs['ta']}, tb={attrs['tb']})")
         elif node.id not in dead:
             rw.keep(node)
@@ -411,7 +411,7 @@ def fuse_sgd_momentum(graph: GraphCore, log: FusionLog) -> GraphCore:
         elif node.id in found:
             f = found[node.id]
             rw.keep(node, op="sgd_momentum", inputs=f["inputs"], attrs={"lr": f["lr"], "mom": f["mom"]})
-            log.add("sgd_momentum", f"%{node.id}: p − lr·(mom·v + g) → SgdMomentum (lr={f['lr']}, mom={f['mom']})")
+            log.add("sgd_momentum", f"%{node.source_id}: p − lr·(mom·v + g) → SgdMomentum (lr={f['lr']}, mom={f['mom']})")
         elif node.id not in dead:
             rw.keep(node)
     return rw.finish()
@@ -435,7 +435,7 @@ def fuse_bias_add(graph: GraphCore, log: FusionLog) -> GraphCore:
     for node in graph.nodes:
         if node.id in found:
             rw.keep(node, op="bias_add", inputs=found[node.id], attrs={})
-            log.add("bias_add", f"%{node.id}: trailing-shape bias add → BiasAdd")
+            log.add("bias_add", f"%{node.source_id}: trailing-shape bias add → BiasAdd")
         else:
             rw.keep(node)
     return rw.finish()

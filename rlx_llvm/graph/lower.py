@@ -62,6 +62,7 @@ class Step:
     writes: tuple[View, ...]
     op: str
     node: int
+    """The user-graph id of the node it came from (`Node.source_id`)."""
 
 
 class LowerContext:
@@ -73,6 +74,10 @@ class LowerContext:
         self.views: dict[int, View] = {}
         self.steps: list[Step] = []
         self._current: Node | None = None
+        self.readers: dict[int, int] = {}
+        for n in graph.nodes:
+            for i in n.inputs:
+                self.readers[i] = self.readers.get(i, 0) + 1
 
     def node(self, id: int) -> Node:
         """Node `id` of the graph being lowered."""
@@ -111,7 +116,18 @@ class LowerContext:
         """Append a step; `build(at)` receives `at(operand) → arena offset`."""
         node = self._current
         self.steps.append(Step(build, tuple(self.view(r) for r in reads), tuple(self.view(w) for w in writes),
-                               node.op if node else "?", node.id if node else -1))
+                               node.op if node else "?", node.source_id if node else -1))
+
+    def reuse_input(self, node: Node, src: int) -> bool:
+        """Let `node` write over input `src`'s bytes when nothing else can see them: `src` is a temporary
+        read only by `node`, not an output, and no other node views its buffer.  True if it did."""
+        view = self.views.get(src)
+        if view is None or view.buffer.kind != "temp" or self.readers.get(src, 0) != 1 or \
+                src in self.graph.outputs or view.nbytes != view.buffer.nbytes or \
+                sum(v.buffer is view.buffer for v in self.views.values()) != 1:
+            return False
+        self.views[node.id] = view
+        return True
 
 
 @dataclasses.dataclass

@@ -109,12 +109,13 @@ def _infer_same(ins: list[Node], attrs: dict) -> tuple:
 
 @lowers("softmax")
 def lower_softmax(ctx: LowerContext, node: Node) -> None:
-    """Copy into the output, then the in-place Softmax over `[rows, cols, inner]`."""
+    """The in-place Softmax over `[rows, cols, inner]`, on the input's bytes when they die here, else on a copy."""
     x = ctx.node(node.inputs[0])
     axis = node.attrs["axis"]
     cols, inner = x.shape[axis], numel(x.shape[axis + 1:])
     rows = numel(x.shape[:axis]) * inner          # Softmax counts rows as outer·inner
-    copy_into(ctx, node.inputs[0], node.id, numel(x.shape) * 4)
+    if not ctx.reuse_input(node, node.inputs[0]):
+        copy_into(ctx, node.inputs[0], node.id, numel(x.shape) * 4)
     ctx.emit(lambda at: T.Softmax(data=at(node.id), rows=rows, cols=cols, inner=inner),
              reads=[node.id], writes=[node.id])
 

@@ -90,7 +90,7 @@ class CompiledGraph:
         if tuple(arr.shape) != node.shape:
             raise GraphError(f"set_param {name!r}: shape {list(arr.shape)} does not match the declared "
                              f"{list(node.shape)}")
-        self._params[name] = np.ascontiguousarray(arr, dtype=node.dtype.numpy)
+        self._params[name] = np.array(arr, dtype=node.dtype.numpy, order="C")
         for spec in self._specs.values():
             spec.params_written.discard(name)
 
@@ -129,7 +129,7 @@ class CompiledGraph:
             if arr.ndim != len(node.shape) or any(d != DYNAMIC and d != a for d, a in zip(node.shape, arr.shape)):
                 raise GraphError(f"run: input {name!r} has shape {list(arr.shape)}, the graph declares "
                                  f"{list(node.shape)} (−1 = any)")
-            out[name] = np.ascontiguousarray(arr, dtype=node.dtype.numpy)
+            out[name] = np.asarray(arr, dtype=node.dtype.numpy, order="C")   # keeps 0-d arrays 0-d
         return out
 
     def _write_params(self, spec: Specialization) -> None:
@@ -194,6 +194,7 @@ class CompiledGraph:
                  f"{len(spec.schedule.thunks)} thunks, arena {spec.plan.arena_bytes} B", str(spec.fusions)]
         for step, row in zip(spec.lowered.steps, rows):
             lines.append(f"  t{row.index:<4} {row.kind:<22} {row.path:<8} ← %{step.node} {step.op}")
+        lines.append("(%N: node ids of the graph as built; `print(graph)` lists them)")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
