@@ -34,16 +34,19 @@ class QuantOps:
 
     def quantize(self, x: Value, scale: Value, zero_point: Value, dtype: "DType | str" = "u8") -> Value:
         """`saturate(rint(x / scale) + zero_point)` as `dtype` (i8, u8, i16); x and scale f32."""
-        return self.add_node("quantize", (x, scale, zero_point), {"dtype": parse_dtype(dtype, "quantize"), "op": "quantize"})
+        return self.add_node("quantize", (x, scale, zero_point), _attrs("quantize", dtype))
 
     def requantize(self, acc: Value, multiplier: Value, zero_point: Value, dtype: "DType | str" = "i8") -> Value:
         """`saturate(rint(f64(acc)·f64(multiplier)) + zero_point)` of an i32 accumulator, as `dtype`."""
-        return self.add_node("requantize", (acc, multiplier, zero_point), {"dtype": parse_dtype(dtype, "quantize"),
-                                                                           "op": "requantize"})
+        return self.add_node("requantize", (acc, multiplier, zero_point), _attrs("requantize", dtype))
 
     def integer_matmul(self, a: Value, b: Value, a_zp: Value, b_zp: Value) -> Value:
         """i32 `(a − a_zp) @ (b − b_zp)` of int8/uint8 `a [..., m, k]`, `b [k, n]`; zero points broadcast."""
         return self.add_node("integer_matmul", (a, b, a_zp, b_zp))
+
+
+def _attrs(op: str, dtype: "DType | str") -> dict:
+    return {"dtype": parse_dtype(dtype, op), "op": op}
 
 
 @infers("quantize", "requantize")

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..graph import CompiledGraph, Graph, Session
 from . import ops_index, ops_math, ops_nn, ops_shape, ops_rnn, ops_contrib  # noqa: F401  (register converters)
-from . import ops_quant, ops_signal  # noqa: F401
+from . import ops_quant, ops_signal, ops_attention  # noqa: F401
 from .importer import CONVERTERS, OnnxImportError, Unsupported, converts, load
 
 
