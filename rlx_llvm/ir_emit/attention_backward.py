@@ -224,10 +224,12 @@ class Mat:
 
 
 def tile_shape(lanes: int) -> tuple[int, int]:
-    """(rows, vectors) of C held in registers: two vectors wide, as many rows as the register file
-    holds beside the two B vectors and a broadcast (6 × 2 with AVX2's 16, 14 × 2 with AVX-512's 32)."""
+    """(rows, vectors) of C held in registers: two vectors wide, and as many rows as the register file
+    holds beside the two B vectors and a broadcast, cut to a multiple of 6 so that `key_granule` stays
+    small — 6 × 2 with AVX2's 16 registers (granule 48), 12 × 2 with AVX-512's 32 (granule 96, not 224)."""
     nv = 2
-    return (vector_registers(lanes) - nv - 2) // nv, nv
+    rows = (vector_registers(lanes) - nv - 2) // nv
+    return rows - rows % 6, nv
 
 
 @dataclass(frozen=True)
