@@ -1,15 +1,20 @@
-"""Ops the ONNX importer needs beyond the float element-wise family: `wide_binary` — i64 and f64 binary
-math with NumPy broadcasting, one `BinaryFull` (i64 lanes, `elem_bytes` 8) or `BinaryFullF64`.
+"""Ops the ONNX importer needs beyond the other families, each one thunk:
 
-    y = g.wide_binary("add", a, b)      # a, b both i64 (or both f64)
+    y = g.wide_binary("add", a, b)                        # i64 (or f64) math, NumPy broadcasting: BinaryFull / BinaryFullF64
+    y = g.gather_elements(x, idx, axis)                   # take_along_axis: GatherElements (any dtype)
+    y = g.gather_nd(x, idx, batch_dims=0)                 # ONNX GatherND on 4-byte data: GatherNd
+    y = g.scatter_elements(x, idx, upd, axis, "add")      # ONNX ScatterElements on f32: ScatterElements
+    y = g.scatter_nd(x, idx, upd, "none")                 # ONNX ScatterND on f32: ScatterNd
 
-i64 arithmetic follows the thunk: wrapping, division truncates toward zero, x/0 = x%0 = 0.
+i64 arithmetic follows the thunk: wrapping, division truncates toward zero, x/0 = x%0 = 0.  ONNX
+indices (i32 are widened to i64): a negative index gets `+ dim` once, then clamps into the axis;
+scatters apply updates in order (with no reduction the last duplicate wins).
 """
 from __future__ import annotations
 
 from .. import thunks as T
 from ..dtypes import DType
-from ..ops import BinaryOp
+from ..ops import BinaryOp, ScatterNdReduction
 from .core import GraphError, Node, Value, broadcast, numel
 from .elementwise import bcast_strides
 from .lower import LowerContext
@@ -19,6 +24,9 @@ WIDE_OPS = {"add": BinaryOp.Add, "sub": BinaryOp.Sub, "mul": BinaryOp.Mul, "div"
             "min": BinaryOp.Min, "pow": BinaryOp.Pow, "mod": BinaryOp.Mod, "bitand": BinaryOp.BitAnd,
             "bitor": BinaryOp.BitOr, "bitxor": BinaryOp.BitXor, "shl": BinaryOp.Shl, "shr": BinaryOp.Shr}
 WIDE_DTYPES = (DType.I64, DType.F64)
+REDUCTIONS = {"none": ScatterNdReduction.None_, "add": ScatterNdReduction.Add, "mul": ScatterNdReduction.Mul,
+              "max": ScatterNdReduction.Max, "min": ScatterNdReduction.Min}
+INDEX_DTYPES = (DType.I32, DType.I64)
 
 
 class OnnxExtraOps:
@@ -29,6 +37,34 @@ class OnnxExtraOps:
         if op not in WIDE_OPS:
             raise GraphError(f"wide_binary: unknown op {op!r} (choose one of {', '.join(WIDE_OPS)})")
         return self.add_node("wide_binary", (a, b), {"op": WIDE_OPS[op]})
+
+    def gather_elements(self, x: Value, idx: Value, axis: int) -> Value:
+        """`out[i] = x[i with i[axis] ← idx[i]]`: the shape of `idx`, the dtype of `x`."""
+        return self.add_node("gather_elements", (x, self._i64(idx)), {"axis": int(axis) % max(x.ndim, 1)})
+
+    def gather_nd(self, x: Value, idx: Value, batch_dims: int = 0) -> Value:
+        """ONNX GatherND: `idx[..., k]` tuples address slices of 4-byte `x` after `batch_dims` shared dims."""
+        return self.add_node("gather_nd", (x, self._i64(idx)), {"batch_dims": int(batch_dims)})
+
+    def scatter_elements(self, x: Value, idx: Value, updates: Value, axis: int, reduction: str = "none") -> Value:
+        """A copy of f32 `x` with `updates` written (or reduced) at `x[i with i[axis] ← idx[i]]`."""
+        return self.add_node("scatter_elements", (x, self._i64(idx), updates),
+                             {"axis": int(axis) % max(x.ndim, 1), "reduction": _reduction(reduction)})
+
+    def scatter_nd(self, x: Value, idx: Value, updates: Value, reduction: str = "none") -> Value:
+        """ONNX ScatterND: a copy of f32 `x` with `updates` slices written (or reduced) at `idx` tuples."""
+        return self.add_node("scatter_nd", (x, self._i64(idx), updates), {"reduction": _reduction(reduction)})
+
+    def _i64(self, idx: Value) -> Value:
+        if idx.dtype not in INDEX_DTYPES:
+            raise GraphError(f"indices must be i32 or i64, got {idx.dtype.value}")
+        return idx if idx.dtype == DType.I64 else self.cast(idx, DType.I64)
+
+
+def _reduction(name: str) -> ScatterNdReduction:
+    if name not in REDUCTIONS:
+        raise GraphError(f"scatter: unknown reduction {name!r} (choose one of {', '.join(REDUCTIONS)})")
+    return REDUCTIONS[name]
 
 
 @infers("wide_binary")
@@ -59,3 +95,60 @@ def lower_wide_binary(ctx: LowerContext, node: Node) -> None:
     else:
         ctx.emit(lambda at: T.BinaryFullF64(lhs=at(ia), rhs=at(ib), dst=at(node.id), **geometry),
                  reads=[ia, ib], writes=[node.id])
+
+
+@infers("gather_elements")
+def _infer_gather_elements(ins: list[Node], attrs: dict) -> tuple:
+    x, idx = ins
+    if len(idx.shape) != len(x.shape):
+        raise GraphError(f"gather_elements: indices {list(idx.shape)} and data {list(x.shape)} differ in rank")
+    if x.dtype.itemsize not in (1, 2, 4, 8):
+        raise GraphError(f"gather_elements: {x.dtype.value} data is not lowered")
+    return idx.shape, x.dtype
+
+
+@infers("gather_nd")
+def _infer_gather_nd(ins: list[Node], attrs: dict) -> tuple:
+    x, idx = ins
+    b = attrs["batch_dims"]
+    k = idx.shape[-1] if idx.shape else 0
+    if x.dtype.itemsize != 4 or not idx.shape or b + k > len(x.shape) or idx.shape[:b] != x.shape[:b]:
+        raise GraphError(f"gather_nd: 4-byte data {list(x.shape)} ({x.dtype.value}), indices {list(idx.shape)} and "
+                         f"batch_dims {b} do not agree")
+    return (*idx.shape[:-1], *x.shape[b + k:]), x.dtype
+
+
+@infers("scatter_elements", "scatter_nd")
+def _infer_scatter(ins: list[Node], attrs: dict) -> tuple:
+    x, idx, upd = ins
+    if x.dtype != DType.F32 or upd.dtype != DType.F32:
+        raise GraphError(f"scatter: lowered for f32 data and updates, got {x.dtype.value} and {upd.dtype.value}")
+    return x.shape, DType.F32
+
+
+def _index_geometry(ctx: LowerContext, node: Node) -> dict:
+    """The shape fields every indexing thunk shares (indices are i64)."""
+    x, idx = (ctx.node(i) for i in node.inputs[:2])
+    return dict(data_shape=tuple(x.shape), indices_shape=tuple(idx.shape), data_len=numel(x.shape),
+                indices_len=numel(idx.shape), indices_i64=1)
+
+
+@lowers("gather_elements", "gather_nd", "scatter_elements", "scatter_nd")
+def lower_indexing(ctx: LowerContext, node: Node) -> None:
+    """One GatherElements / GatherNd / ScatterElements / ScatterNd thunk."""
+    geo = _index_geometry(ctx, node)
+    ix, ii = node.inputs[:2]
+    if node.op == "gather_elements":
+        ctx.emit(lambda at: T.GatherElements(data=at(ix), indices=at(ii), dst=at(node.id), out_len=numel(node.shape),
+                                             data_elem_bytes=node.dtype.itemsize, axis=node.attrs["axis"], **geo),
+                 reads=[ix, ii], writes=[node.id])
+    elif node.op == "gather_nd":
+        ctx.emit(lambda at: T.GatherNd(data=at(ix), indices=at(ii), dst=at(node.id), out_len=numel(node.shape),
+                                       batch_dims=node.attrs["batch_dims"], **geo), reads=[ix, ii], writes=[node.id])
+    else:
+        iu = node.inputs[2]
+        kind, extra = (T.ScatterElements, {"axis": node.attrs["axis"]}) if node.op == "scatter_elements" else \
+            (T.ScatterNd, {})
+        ctx.emit(lambda at: kind(data=at(ix), indices=at(ii), updates=at(iu), dst=at(node.id),
+                                 updates_len=numel(ctx.node(iu).shape), reduction=node.attrs["reduction"], **extra,
+                                 **geo), reads=[ix, ii, iu], writes=[node.id])

@@ -200,6 +200,7 @@ class Convert:
                 self.env.update(zip(node.output, folded))
                 return
         if _key(node) not in CONVERTERS:
+            self.wanted.update(i for i in node.input if i and self.const(i) is None)
             raise Unsupported(f"op {node.op_type!r} is only supported on import-time constants")
         results = CONVERTERS[_key(node)](self, node)
         for name, value in zip(node.output, results):

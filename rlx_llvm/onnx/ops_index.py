@@ -1,4 +1,5 @@
-"""ONNX index and logic ops: ArgMax/ArgMin, TopK, CumSum, Pad, Resize, Mod, Not/And/Or/Xor.
+"""ONNX index and logic ops: ArgMax/ArgMin, TopK, CumSum, Gather/ScatterElements, GatherND/ScatterND, Pad,
+Resize, Mod, Not/And/Or/Xor.
 
 Logic runs on float regions: bool operands are cast to f32 (0/1) and compared back to bool.  Pad
 builds each padded axis from `concat` (constant mode) or a `gather` of constant indices (reflect,
@@ -14,7 +15,7 @@ import numpy as np
 from ..dtypes import DType
 from ..graph import Value
 from .importer import Convert, Unsupported, converts
-from .ops_math import _float
+from .ops_math import _float, arithmetic
 
 
 # ── logic ───────────────────────────────────────────────────────────────────
@@ -43,7 +44,11 @@ def _logic(cx: Convert, node) -> list:
 @converts("Mod")
 def _mod(cx: Convert, node) -> list:
     g = cx.g
-    a, b = _float(cx, node, 0), _float(cx, node, 1)
+    a, b = cx.tensor(node.input[0]), cx.tensor(node.input[1])
+    if not a.dtype.is_float or a.dtype == DType.F64:
+        if not int(cx.attr(node, "fmod", 0)):     # Python's sign rule from C's remainder: ((a % b) + b) % b
+            return [arithmetic(cx, "mod", arithmetic(cx, "add", arithmetic(cx, "mod", a, b), b), b)]
+        return [arithmetic(cx, "mod", a, b)]
     q = a / b
     if int(cx.attr(node, "fmod", 0)):      # C fmod: the quotient truncated toward zero
         trunc = g.activation("sign", q) * g.activation("floor", g.activation("abs", q))
@@ -56,11 +61,13 @@ def _mod(cx: Convert, node) -> list:
 @converts("ArgMax", "ArgMin")
 def _arg(cx: Convert, node) -> list:
     x = _float(cx, node)
-    if int(cx.attr(node, "select_last_index", 0)):
-        raise Unsupported("select_last_index=1 (RLX returns the first extreme index)")
     axis, keep = int(cx.attr(node, "axis", 0)) % x.ndim, bool(cx.attr(node, "keepdims", 1))
     fn = cx.g.argmax if node.op_type == "ArgMax" else cx.g.argmin
-    return [fn(x, axis, keep)]
+    if not int(cx.attr(node, "select_last_index", 0)):
+        return [fn(x, axis, keep)]
+    # the last extreme: the first one of the flipped axis, counted from the end
+    last = cx.g.constant(np.array(x.shape[axis] - 1, np.int64), DType.I64)
+    return [arithmetic(cx, "sub", last, fn(_flip(cx, x, axis), axis, keep))]
 
 
 def _move_last(cx: Convert, x: Value, axis: int) -> tuple[Value, list[int] | None]:
@@ -103,6 +110,37 @@ def _cumsum(cx: Convert, node) -> list:
     if reverse:
         return [_flip(cx, cx.g.cumsum(_flip(cx, x, axis), axis, exclusive), axis)]
     return [cx.g.cumsum(x, axis, exclusive)]
+
+
+# ── gathers and scatters ────────────────────────────────────────────────────
+
+REDUCTION = {"none": "none", "add": "add", "mul": "mul", "max": "max", "min": "min"}
+
+
+@converts("GatherElements")
+def _gather_elements(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    return [cx.g.gather_elements(x, cx.tensor(node.input[1]), int(cx.attr(node, "axis", 0)))]
+
+
+@converts("GatherND")
+def _gather_nd(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    return [cx.g.gather_nd(x, cx.tensor(node.input[1]), int(cx.attr(node, "batch_dims", 0)))]
+
+
+@converts("ScatterElements", "Scatter")
+def _scatter_elements(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    reduction = REDUCTION[cx.attr(node, "reduction", "none")]
+    return [cx.g.scatter_elements(x, cx.tensor(node.input[1]), _float(cx, node, 2), int(cx.attr(node, "axis", 0)),
+                                  reduction)]
+
+
+@converts("ScatterND")
+def _scatter_nd(cx: Convert, node) -> list:
+    reduction = REDUCTION[cx.attr(node, "reduction", "none")]
+    return [cx.g.scatter_nd(_float(cx, node), cx.tensor(node.input[1]), _float(cx, node, 2), reduction)]
 
 
 # ── Pad ─────────────────────────────────────────────────────────────────────
@@ -210,3 +248,27 @@ def _interpolation(cx: Convert, node, n_in: int, n_out: int, scale: float | None
     if m.shape != (n_in, n_out):
         raise Unsupported(f"resize of {n_in} to {n_out} gave an interpolation matrix of shape {list(m.shape)}")
     return np.ascontiguousarray(m, np.float32)
+
+
+# ── masks ───────────────────────────────────────────────────────────────────
+
+@converts("Trilu")
+def _trilu(cx: Convert, node) -> list:
+    x = cx.tensor(node.input[0])
+    k = int(cx.need_const(node, 1, "k").reshape(-1)[0]) if cx.has(node, 1) else 0
+    rows, cols = x.shape[-2:]
+    keep = (np.triu if int(cx.attr(node, "upper", 1)) else np.tril)(np.ones((rows, cols), bool), k)
+    zero = cx.g.constant(np.zeros((), x.dtype.numpy), x.dtype)
+    if not x.dtype.is_float or x.dtype == DType.F64:      # a byte-exact select for other dtypes
+        return [arithmetic(cx, "mul", x, cx.g.constant(keep.astype(x.dtype.numpy), x.dtype))]
+    return [cx.g.where_(cx.g.constant(keep, DType.Bool), x, zero)]
+
+
+@converts("Hardmax")
+def _hardmax(cx: Convert, node) -> list:
+    g = cx.g
+    x = _float(cx, node)
+    axis = int(cx.attr(node, "axis", -1)) % x.ndim
+    at = g.cast(g.argmax(x, axis, True), "f32")
+    iota = np.arange(x.shape[axis], dtype=np.float32).reshape([-1 if i == axis else 1 for i in range(x.ndim)])
+    return [g.cast(g.compare("eq", at, g.constant(iota)), x.dtype)]

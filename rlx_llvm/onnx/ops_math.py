@@ -89,6 +89,30 @@ def _elu(cx: Convert, node) -> list:
     return [out]
 
 
+@converts("Swish")
+def _swish(cx: Convert, node) -> list:
+    x = _float(cx, node)
+    return [x * cx.g.sigmoid(x * float(cx.attr(node, "alpha", 1.0)))]
+
+
+@converts("Shrink")
+def _shrink(cx: Convert, node) -> list:
+    g = cx.g
+    x = _float(cx, node)
+    lam, bias = float(cx.attr(node, "lambd", 0.5)), float(cx.attr(node, "bias", 0.0))
+    zero = g.constant(0.0)
+    return [g.where_(x < -lam, x + bias, g.where_(x > lam, x - bias, zero))]
+
+
+@converts("Dropout")
+def _dropout(cx: Convert, node) -> list:
+    training = cx.need_const(node, 2, "training_mode") if cx.has(node, 2) else np.array(False)
+    if bool(np.asarray(training).reshape(-1)[0]):
+        raise Unsupported("training_mode=True (random masks): inference only")
+    x = cx.tensor(node.input[0])
+    return [x, cx.g.constant(np.ones(x.shape, bool), DType.Bool)]
+
+
 @converts("HardSigmoid")
 def _hard_sigmoid(cx: Convert, node) -> list:
     x = _float(cx, node)
@@ -235,14 +259,26 @@ def _softmax(cx: Convert, node) -> list:
 def _layer_norm(cx: Convert, node) -> list:
     x = _float(cx, node)
     axis = cx.attr(node, "axis", -1) % x.ndim
-    if axis != x.ndim - 1:
-        raise Unsupported(f"axis {axis}: normalization over the last axis only")
-    if len(node.output) > 1 and any(node.output[1:]):
-        raise Unsupported("the optional Mean/InvStdDev outputs")
-    h = x.shape[-1]
+    eps = float(cx.attr(node, "epsilon", 1e-5))
     scale = cx.tensor(node.input[1])
+    if axis != x.ndim - 1 or (len(node.output) > 1 and any(node.output[1:])):
+        return _layer_norm_general(cx, node, x, axis, eps, scale)
+    h = x.shape[-1]
     bias = cx.tensor(node.input[2]) if cx.has(node, 2) else cx.g.constant(np.zeros(h, np.float32))
-    return [cx.g.layer_norm(x, _vector(cx, scale, h), _vector(cx, bias, h), eps=float(cx.attr(node, "epsilon", 1e-5)))]
+    return [cx.g.layer_norm(x, _vector(cx, scale, h), _vector(cx, bias, h), eps=eps)]
+
+
+def _layer_norm_general(cx: Convert, node, x: Value, axis: int, eps: float, scale: Value) -> list:
+    """LayerNormalization over the axes from `axis` on, with the Mean and InvStdDev outputs, as reductions."""
+    g = cx.g
+    axes = tuple(range(axis, x.ndim))
+    mean = g.reduce(x, "mean", axes, True)
+    d = x - mean
+    inv = g.activation("recip", g.sqrt(g.reduce(d * d, "mean", axes, True) + eps))
+    y = d * inv * scale
+    if cx.has(node, 2):
+        y = y + cx.tensor(node.input[2])
+    return [y, mean, inv]
 
 
 def _vector(cx: Convert, v: Value, h: int) -> Value:

@@ -38,7 +38,8 @@ def _transpose(cx: Convert, node) -> list:
 @converts("Flatten")
 def _flatten(cx: Convert, node) -> list:
     x = cx.tensor(node.input[0])
-    axis = cx.attr(node, "axis", 1) % (x.ndim + 1)
+    axis = cx.attr(node, "axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis            # in [−r, r]: −1 is the last axis, not r
     return [cx.g.reshape(x, [int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))])]
 
 
@@ -130,7 +131,16 @@ def _gather(cx: Convert, node) -> list:
             return [cx.g.reshape(cx.g.narrow(table, axis, int(idx), 1),
                                  [d for i, d in enumerate(table.shape) if i != axis])]
         return [cx.g.gather(table, cx.g.constant(idx), axis)]
-    return [cx.g.gather(table, cx.tensor(node.input[1]), axis)]
+    return [cx.g.gather(table, _wrapped(cx, cx.tensor(node.input[1]), table.shape[axis]), axis)]
+
+
+def _wrapped(cx: Convert, idx, n: int):
+    """Run-time indices with a negative one counted from the end: `((i % n) + n) % n` in i64."""
+    from ..dtypes import DType
+    from .ops_math import arithmetic
+    i = idx if idx.dtype == DType.I64 else cx.g.cast(idx, DType.I64)
+    size = cx.g.constant(np.array(n, np.int64), DType.I64)
+    return arithmetic(cx, "mod", arithmetic(cx, "add", arithmetic(cx, "mod", i, size), size), size)
 
 
 @converts("Expand")

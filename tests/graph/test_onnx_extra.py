@@ -50,3 +50,32 @@ def test_refuses_mixed_and_float_bits():
         g.wide_binary("bitand", g.input("x", [2], "f64"), g.input("y", [2], "f64"))
     with pytest.raises(rl.GraphError, match="unknown op"):
         g.wide_binary("atan2", g.input("p", [2], "i64"), g.input("q", [2], "i64"))
+    with pytest.raises(rl.GraphError, match="indices must be i32 or i64"):
+        g.gather_elements(g.input("d", [2], "f32"), g.input("i", [2], "f32"), 0)
+    with pytest.raises(rl.GraphError, match="unknown reduction"):
+        g.scatter_nd(g.input("s", [2], "f32"), g.input("j", [1, 1], "i64"), g.input("u", [1], "f32"), "sum")
+
+
+def test_gathers_and_scatters():
+    """gather_elements (i64 data), gather_nd (batch_dims 1), scatter_elements (add), scatter_nd — vs NumPy."""
+    g = rl.Graph("index")
+    x, t = g.input("x", [3, 4], "f32"), g.input("t", [3, 4], "i64")
+    ie, ind = g.input("ie", [2, 4], "i32"), g.input("ind", [3, 1, 1], "i64")
+    upd, upd_nd = g.input("upd", [2, 4], "f32"), g.input("upd_nd", [2, 4], "f32")
+    nd = g.input("nd", [2, 1], "i64")
+    g.set_outputs([g.gather_elements(t, ie, 0), g.gather_nd(x, ind, batch_dims=1),
+                   g.scatter_elements(x, ie, upd, 0, "add"), g.scatter_nd(x, nd, upd_nd)])
+    feeds = {"x": RNG.standard_normal((3, 4)).astype(np.float32), "t": RNG.integers(-9, 9, (3, 4)),
+             "ie": np.array([[0, 2, -1, 1], [2, 2, 0, -3]], np.int32), "ind": np.array([[[3]], [[-1]], [[0]]]),
+             "upd": RNG.standard_normal((2, 4)).astype(np.float32),
+             "upd_nd": RNG.standard_normal((2, 4)).astype(np.float32), "nd": np.array([[2], [0]])}
+    got = rl.Session().compile(g).run(feeds)
+    rows = np.where(feeds["ie"] < 0, feeds["ie"] + 3, feeds["ie"])
+    np.testing.assert_array_equal(got[0], np.take_along_axis(feeds["t"], rows, 0))
+    np.testing.assert_array_equal(got[1], feeds["x"][np.arange(3), [3, 3, 0]][:, None])
+    want = feeds["x"].copy()
+    np.add.at(want, (rows, np.broadcast_to(np.arange(4), (2, 4))), feeds["upd"])
+    np.testing.assert_allclose(got[2], want, rtol=1e-6)
+    want = feeds["x"].copy()
+    want[[2, 0]] = feeds["upd_nd"]
+    np.testing.assert_array_equal(got[3], want)
