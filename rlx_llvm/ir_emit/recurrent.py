@@ -39,7 +39,7 @@ from . import vecmath as vm
 from .blas_calls import FortranArgs
 from .context import ArenaRef, EmitContext, ScratchRef, pointer
 from .gemm import ACCUMULATORS, blas_gemm
-from .toolkit import F32, I64, PTR, carried_loop, copy_bytes, splat, splat_like, vector_registers, zero_bytes
+from .toolkit import F32, I32, I64, PTR, carried_loop, copy_bytes, splat, splat_like, vector_registers, zero_bytes
 
 # step(b, zx, zh, h, c) → (h', c'): per gate, zx = x·W_ihᵀ + input-side bias and zh = h·W_hhᵀ (+ b_hh).
 Step = Callable[[ir.IRBuilder, list[ir.Value], list[ir.Value], ir.Value, ir.Value], tuple[ir.Value, ir.Value]]
@@ -180,21 +180,45 @@ class StepTile(Shaped):
         for r in range(self.rows):
             for v in range(nv):
                 j = b.add(j0, I64(v * w))
-                state = at(b.mul(I64(r), hp), j)
-                zx, zh = [], []
-                for g in range(g_count):
-                    x = ctx.load(0, F32, at(b.mul(I64(r), proj_row), b.mul(I64(g), hidden), j), w, base=proj)
-                    zx.append(b.fadd(x, ctx.load(0, F32, at(b.mul(I64(g), hp), j), w, base=bias)))
-                    hw = acc[(r * g_count + g) * nv + v]
-                    if self.cell.hidden_bias:
-                        hw = b.fadd(hw, ctx.load(0, F32, at(b.mul(I64(g_count + g), hp), j), w, base=bias))
-                    zh.append(hw)
-                h_old = ctx.load(0, F32, state, w, base=h_prev) if self.cell.reads_h else zero
-                c_old = ctx.load(0, F32, state, w, base=c) if self.cell.has_c else zero
-                h_new, c_new = self.cell.step(b, zx, zh, h_old, c_old)
-                ctx.store(0, h_new, state, base=h_next)
-                if self.cell.has_c:
-                    ctx.store(0, c_new, state, base=c)
+                update_units(ctx, self.cell, w, [acc[(r * g_count + g) * nv + v] for g in range(g_count)],
+                             Units(proj, bias, h_prev, h_next, c, hidden, hp), at(b.mul(I64(r), proj_row), j),
+                             at(b.mul(I64(r), hp), j), j)
+
+
+@dataclass(frozen=True)
+class Units:
+    """Where the gate math of a step reads and writes: the projection row (gate g at `g·hidden`), the
+    packed biases `[2][G][hp]`, the old and new h and c (indexed by state element)."""
+
+    proj: ir.Value
+    bias: ir.Value
+    h_prev: ir.Value
+    h_next: ir.Value
+    c: ir.Value
+    hidden: ir.Value
+    hp: ir.Value
+
+
+def update_units(ctx: EmitContext, cell: Cell, w: int, zh: list[ir.Value], at: Units, proj: ir.Value,
+                 state: ir.Value, j: ir.Value) -> None:
+    """The cell for `w` hidden units from `j`: zh = h·W_hhᵀ per gate, proj element `proj` (+ g·hidden) and
+    state element `state` of the units; writes h' (and c')."""
+    b, g_count = ctx.b, cell.gates
+    zero = ir.Constant(ir.VectorType(F32, w), None)
+    zx, hw = [], []
+    for g in range(g_count):
+        x = ctx.load(0, F32, b.add(proj, b.mul(I64(g), at.hidden)), w, base=at.proj)
+        zx.append(b.fadd(x, ctx.load(0, F32, b.add(b.mul(I64(g), at.hp), j), w, base=at.bias)))
+        if cell.hidden_bias:
+            hw.append(b.fadd(zh[g], ctx.load(0, F32, b.add(b.mul(I64(g_count + g), at.hp), j), w, base=at.bias)))
+        else:
+            hw.append(zh[g])
+    h_old = ctx.load(0, F32, state, w, base=at.h_prev) if cell.reads_h else zero
+    c_old = ctx.load(0, F32, state, w, base=at.c) if cell.has_c else zero
+    h_new, c_new = cell.step(b, zx, hw, h_old, c_old)
+    ctx.store(0, h_new, state, base=at.h_next)
+    if cell.has_c:
+        ctx.store(0, c_new, state, base=at.c)
 
 
 def _sum(b: ir.IRBuilder, terms) -> ir.Value:
@@ -221,8 +245,13 @@ class DirectionRun(Shaped):
 
     NAMES = ("w_hh", "bias_x", "bias_h", "h0", "c0", "dst", "proj", "wh", "bias", "h", "c",
              "batch", "seq", "hidden", "dst_row", "proj_row", "reverse", "carry")
-    suffix: ClassVar[str] = ".run"
     params: ClassVar[tuple[ir.Type, ...]] = (PTR,) * 11 + (I64,) * 7
+    gemv: bool = False   # batch 1 with W | H: h·W_hhᵀ as dot products over W_hh's own rows (`Direction.gemv`)
+
+    @property
+    def suffix(self) -> str:  # type: ignore[override]
+        """`.run`, or `.gemv.run`."""
+        return ".gemv.run" if self.gemv else ".run"
 
     def _body(self, ctx: EmitContext, *args: ir.Value) -> None:
         Direction(self, ctx, dict(zip(self.NAMES, args))).run()
@@ -248,7 +277,8 @@ class Direction:
     def run(self) -> None:
         """Pack W_hh and the biases, seed h (c), run the steps, write the final state back with `carry`."""
         ctx, b, a = self.ctx, self.ctx.b, self.a
-        self.pack_weights()
+        if not self.shape.gemv:
+            self.pack_weights()
         self.pack_biases()
         self.seed()
         with ctx.for_range(0, a["seq"], name="step") as s:
@@ -260,20 +290,47 @@ class Direction:
                 self.copy_rows("c0", "c", I64(0), to_arena=True)
 
     def pack_weights(self) -> None:
-        """`wh[p][k][g][v] = W_hh[g·H + p·P + v, k]`, zero past H.  Per (panel, gate) the P source rows
-        (P·H floats) stay in L1 while k walks them and each k's P floats are written contiguously."""
+        """`wh[p][k][g][v] = W_hh[g·H + p·P + v, k]`, zero past H (zeroed first only when P does not divide H):
+        W×W blocks transposed in registers when W divides H (every panel's live rows and k then come in whole
+        blocks), else element by element.  Memory-bound: 1 MB read and written per (layer, direction) at
+        hidden 256 (~0.25 ms here, was ~0.3 with a scalar loop and a memset of all of wh)."""
+        ctx, b = self.ctx, self.ctx.b
+        with b.if_then(b.icmp_unsigned("!=", self.hp, self.a["hidden"])):   # the last panel has pad rows
+            zero_bytes_at(ctx, self.ptr("wh"), b.mul(self.wh_elems, I64(4)))
+        whole = b.icmp_unsigned("==", b.urem(self.a["hidden"], I64(self.shape.w)), I64(0))
+        with b.if_else(whole) as (blocks, elements):
+            with blocks:
+                self.pack_panels(self.shape.w, self.pack_block)
+            with elements:
+                self.pack_panels(1, self.pack_element)
+
+    def pack_panels(self, step: int, pack: Callable[[ir.Value, ir.Value, ir.Value, ir.Value], None]) -> None:
+        """`pack(src, dst, v, k)` for v < the panel's live rows and k < H, both in steps of `step`, where
+        `src` is W_hh's row of the panel's first unit for a gate and `dst` that gate's first lane of wh."""
         ctx, b, h, g_count, panel = self.ctx, self.ctx.b, self.a["hidden"], self.shape.cell.gates, self.panel
-        zero_bytes_at(ctx, self.ptr("wh"), b.mul(self.wh_elems, I64(4)))
         with ctx.for_range(0, self.panels, name="wp") as p:
             j0 = b.mul(p, I64(panel))
             live = b.sub(h, j0)
             live = b.select(b.icmp_unsigned("<", live, I64(panel)), live, I64(panel))  # rows of this panel < H
             for g in range(g_count):
                 src = self.ptr("w_hh", b.mul(b.add(b.mul(I64(g), h), j0), h))
-                with ctx.for_range(0, h, name="wk") as k:
-                    dst = self.ptr("wh", b.mul(b.add(b.mul(p, h), k), I64(g_count * panel)), I64(g * panel))
-                    with ctx.for_range(0, live, name="wv") as v:
-                        ctx.store(0, ctx.load(0, F32, b.add(b.mul(v, h), k), base=src), v, base=dst)
+                dst = self.ptr("wh", b.mul(b.mul(p, h), I64(g_count * panel)), I64(g * panel))
+                with ctx.for_range(0, live, step, name="wv") as v:
+                    with ctx.for_range(0, h, step, name="wk") as k:
+                        pack(src, dst, v, k)
+
+    def pack_element(self, src: ir.Value, dst: ir.Value, v: ir.Value, k: ir.Value) -> None:
+        """`dst[k][v] = src[v][k]` (rows of src H apart, of dst G·P apart)."""
+        ctx, b, h = self.ctx, self.ctx.b, self.a["hidden"]
+        x = ctx.load(0, F32, b.add(b.mul(v, h), k), base=src)
+        ctx.store(0, x, b.add(b.mul(k, I64(self.shape.cell.gates * self.panel)), v), base=dst)
+
+    def pack_block(self, src: ir.Value, dst: ir.Value, v: ir.Value, k: ir.Value) -> None:
+        """The W×W block at (v, k) of src, transposed into dst (`transpose`)."""
+        ctx, b, h, w = self.ctx, self.ctx.b, self.a["hidden"], self.shape.w
+        rows = [ctx.load(0, F32, b.add(b.mul(b.add(v, I64(r)), h), k), w, base=src) for r in range(w)]
+        for m, column in enumerate(transpose(b, rows)):
+            ctx.store(0, column, b.add(b.mul(b.add(k, I64(m)), I64(self.shape.cell.gates * self.panel)), v), base=dst)
 
     def pack_biases(self) -> None:
         """`bias[which][g][j]` in rows of hp: the input-side bias, then (GRU) b_hh; zero past H."""
@@ -303,6 +360,20 @@ class Direction:
             arena, state = self.ptr(name, b.mul(r, h)), self.ptr(region, first, b.mul(r, self.hp))
             copy_bytes(ctx, *((arena, state) if to_arena else (state, arena)), b.mul(h, I64(4)))
 
+    def row_runs(self) -> list[tuple[ir.Value, ir.Value, int]]:
+        """`(start, stop, rows)` tiles covering the batch: R-row tiles, then R−1-row tiles, then single rows.
+        A batch `q·R + r` (0 < r, R ≥ 3) takes `R − r` tiles of R − 1 when that leaves ≥ 0 tiles of R
+        (16 = 4·3 + 2·2, not 5·3 + 1: a one-row tile is latency-bound), else q tiles of R and r single rows."""
+        b, batch, rows = self.ctx.b, self.a["batch"], self.shape.rows
+        if rows == 1:
+            return [(I64(0), batch, 1)]
+        q, r = b.udiv(batch, I64(rows)), b.urem(batch, I64(rows))
+        balanced = b.and_(b.icmp_unsigned("!=", r, I64(0)), b.icmp_unsigned(">=", b.add(q, b.add(r, I64(1))), I64(rows)))
+        balanced = b.and_(balanced, ir.IntType(1)(rows > 2))
+        big = b.mul(b.select(balanced, b.sub(b.add(q, b.add(r, I64(1))), I64(rows)), q), I64(rows))
+        mid = b.add(big, b.mul(b.select(balanced, b.sub(I64(rows), r), I64(0)), I64(rows - 1)))
+        return [(I64(0), big, rows)] + ([(big, mid, rows - 1)] if rows > 2 else []) + [(mid, batch, 1)]
+
     def step(self, s: ir.Value) -> None:
         """Step `s` (time t = s, or S−1−s in reverse): every tile, then the new h rows into dst."""
         ctx, b, a, shape = self.ctx, self.ctx.b, self.a, self.shape
@@ -310,8 +381,11 @@ class Direction:
         time = b.select(b.icmp_unsigned("!=", a["reverse"], I64(0)), b.sub(b.sub(seq, I64(1)), s), s)
         old = b.mul(b.and_(s, I64(1)), self.state)
         new = b.sub(self.state, old)
-        full = b.mul(b.udiv(a["batch"], I64(shape.rows)), I64(shape.rows))
-        runs = [(I64(0), full, shape.rows)] + ([(full, a["batch"], 1)] if shape.rows > 1 else [])  # then single rows
+        if shape.gemv:
+            self.gemv(old, new, self.ptr("proj", b.mul(time, a["proj_row"])))
+            self.copy_out(time, new)
+            return
+        runs = self.row_runs()
         # panels outer: a panel's weights (H·G·P floats) stay in L1/L2 while every row tile uses them
         with ctx.for_range(0, self.panels, name="panel") as p:
             wh = self.ptr("wh", b.mul(p, b.mul(self.gh, I64(self.panel))))
@@ -323,9 +397,52 @@ class Direction:
                     b.call(tile, [wh, self.ptr("h", old, state), self.ptr("h", new, state), self.ptr("c", state), proj,
                                   self.ptr("bias"), a["hidden"], self.hp, b.mul(seq, a["proj_row"]),
                                   b.mul(p, I64(self.panel))])
+        self.copy_out(time, new)
+
+    def copy_out(self, time: ir.Value, new: ir.Value) -> None:
+        """The new h rows (buffer at `new`) into dst at step `time`."""
+        ctx, b, a = self.ctx, self.ctx.b, self.a
         with ctx.for_range(0, a["batch"], name="out") as r:
-            out = self.ptr("dst", b.mul(b.add(b.mul(r, seq), time), a["dst_row"]))
+            out = self.ptr("dst", b.mul(b.add(b.mul(r, a["seq"]), time), a["dst_row"]))
             copy_bytes(ctx, out, self.ptr("h", new, b.mul(r, self.hp)), b.mul(a["hidden"], I64(4)))
+
+    def gemv(self, old: ir.Value, new: ir.Value, proj: ir.Value) -> None:
+        """One batch-1 step straight from W_hh (no packing): per W rows of W_hh, W accumulators of
+        `W_hh[row, k:k+W]·h[k:k+W]` over k, their lane sums as one vector (`transpose`, then adds) into
+        `zh[g][hp]` (the wh scratch); then the gate math per W hidden units.  W divides H."""
+        ctx, b, h, w, cell = self.ctx, self.ctx.b, self.a["hidden"], self.shape.w, self.shape.cell
+        zero = ir.Constant(ir.VectorType(F32, w), None)
+        h_old, zh = self.ptr("h", old), self.ptr("wh")
+        with ctx.for_range(0, self.gh, w, name="gemv") as row0:
+            weights = self.ptr("w_hh", b.mul(row0, h))
+
+            def k_step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                hk = ctx.load(0, F32, k, w, base=h_old)
+                return [vm.fma(b, ctx.load(0, F32, b.add(b.mul(I64(r), h), k), w, base=weights), hk, acc[r])
+                        for r in range(w)]
+
+            sums = transpose(b, carried_loop(ctx, 0, h, w, [zero] * w, k_step, name="k"))
+            total = sums[0]
+            for column in sums[1:]:
+                total = b.fadd(total, column)
+            ctx.store(0, total, b.add(b.mul(b.udiv(row0, h), self.hp), b.urem(row0, h)), base=zh)
+        units = Units(proj, self.ptr("bias"), h_old, self.ptr("h", new), self.ptr("c"), h, self.hp)
+        with ctx.for_range(0, h, w, name="unit") as j:
+            update_units(ctx, cell, w, [ctx.load(0, F32, b.add(b.mul(I64(g), self.hp), j), w, base=zh)
+                                        for g in range(cell.gates)], units, j, j, j)
+
+
+def transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The columns of a W×W matrix given as W row vectors (W a power of two): log₂W rounds of
+    interleaving row i with row i + W/2 (low halves → row 2i, high halves → row 2i + 1)."""
+    w = len(rows)
+    if w == 1:
+        return rows
+    lo = ir.Constant(ir.VectorType(I32, w), [x for j in range(w // 2) for x in (j, w + j)])
+    hi = ir.Constant(ir.VectorType(I32, w), [x for j in range(w // 2, w) for x in (j, w + j)])
+    for _ in range(w.bit_length() - 1):
+        rows = [b.shuffle_vector(rows[i], rows[i + w // 2], mask) for i in range(w // 2) for mask in (lo, hi)]
+    return rows
 
 
 def zero_bytes_at(ctx: EmitContext, dst: ir.Value, nbytes: ir.Value) -> None:
@@ -364,7 +481,7 @@ def recurrent(ctx: EmitContext, t: T._Recurrent) -> None:
         proj=proj_elems, wh=dirs * hp * gh,
         bias=dirs * 2 * cell.gates * hp, h=dirs * 2 * t.batch * hp, c=dirs * t.batch * hp).items()}
     per_dir = dict(wh=hp * gh, bias=2 * cell.gates * hp, h=2 * t.batch * hp, c=t.batch * hp)
-    run_fn = DirectionRun(cell, ctx.lanes, rows, nv).function(ctx)
+    run_fn = DirectionRun(cell, ctx.lanes, rows, nv, gemv=t.batch == 1 and h % ctx.lanes == 0).function(ctx)
     fa, w_ih_at = FortranArgs(ctx), t.w_ih
     for layer in range(t.num_layers):
         n_in = t.input_size if layer == 0 else dirs * h

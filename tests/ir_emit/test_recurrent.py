@@ -1,6 +1,6 @@
 """Lstm, Gru and Rnn (tanh and relu).
 
-* Against the float64 references, all in one program: hidden sizes W−1, W, W+1 and several panels
+* Against the float64 references, all in one program: hidden sizes W−1, W, W+1, 4W and several panels
   (W = the host's f32 lanes), seq 0, 1 and several, batch 1, 3 and 7 (full and partial row tiles),
   1 and 2 layers, one and both directions, with and without carried states, no input features,
   saturated gates.
@@ -84,6 +84,8 @@ def build() -> Suite:
         add_case(s, cell, Shape(1, 1, 5, W + 3, 1, False, False))        # one step
         add_case(s, cell, Shape(1, 6, 9, 2 * W + 3, 1, True, False))     # batch 1, several panels
         add_case(s, cell, Shape(7, 4, 3, 6, 2, False, True))             # full and partial row tiles
+        add_case(s, cell, Shape(5, 3, 4, 4 * W, 1, True, False))         # W×W weight blocks packed, 3 + 2 rows
+        add_case(s, cell, Shape(1, 4, 5, 2 * W, 2, True, True))          # batch 1, W | H: W_hh rows, unpacked
         add_case(s, cell, Shape(3, 9, 4, W + 1, 1, True, True), x_scale=30.0, tag="-saturated")
     add_case(s, "lstm", Shape(2, 3, 0, 5, 2, True, False))                # no input features
     add_case(s, "rnn_relu", Shape(1, 3, 4, 5, 1, False, False), tag="-nan", nan_step=1)  # RLX Relu: NaN → 0
