@@ -41,7 +41,8 @@ class QuantOps:
         return self.add_node("requantize", (acc, multiplier, zero_point), _attrs("requantize", dtype))
 
     def integer_matmul(self, a: Value, b: Value, a_zp: Value, b_zp: Value) -> Value:
-        """i32 `(a − a_zp) @ (b − b_zp)` of int8/uint8 `a [..., m, k]`, `b [k, n]`; zero points broadcast."""
+        """i32 `(a − a_zp) @ (b − b_zp)` of int8/uint8 `a [..., m, k]`, `b [k, n]` (or `[..., k, n]` with a's
+        batch dims); zero points broadcast (a_zp per row, b_zp per column)."""
         return self.add_node("integer_matmul", (a, b, a_zp, b_zp))
 
 
@@ -67,12 +68,13 @@ def _infer_quantize(ins: list[Node], attrs: dict) -> tuple:
 @infers("integer_matmul")
 def _infer_integer_matmul(ins: list[Node], attrs: dict) -> tuple:
     a, b, a_zp, b_zp = ins
-    if a.dtype not in INT8 or b.dtype not in INT8 or len(a.shape) < 2 or len(b.shape) != 2 \
-            or a.shape[-1] != b.shape[0]:
+    batched = len(b.shape) > 2
+    if a.dtype not in INT8 or b.dtype not in INT8 or len(a.shape) < 2 or len(b.shape) < 2 \
+            or a.shape[-1] != b.shape[-2] or (batched and a.shape[:-2] != b.shape[:-2]):
         raise GraphError(f"integer_matmul: a {list(a.shape)} {a.dtype.value} and b {list(b.shape)} "
-                         f"{b.dtype.value} must be int8/uint8 [..., m, k] and [k, n]")
-    out = (*a.shape[:-1], b.shape[1])
-    for what, zp, like in (("a_zp", a_zp, (*a.shape[:-1], 1)), ("b_zp", b_zp, (b.shape[1],))):
+                         f"{b.dtype.value} must be int8/uint8 [..., m, k] and [k, n] or [..., k, n]")
+    out = (*a.shape[:-1], b.shape[-1])
+    for what, zp, like in (("a_zp", a_zp, (*a.shape[:-1], 1)), ("b_zp", b_zp, (b.shape[-1],))):
         if zp.dtype != (a if what == "a_zp" else b).dtype or broadcast(like, zp.shape, what) != like:
             raise GraphError(f"integer_matmul: {what} {list(zp.shape)} {zp.dtype.value} must have its operand's "
                              f"dtype and broadcast to {list(like)}")
@@ -137,18 +139,23 @@ def lower_quantize(ctx: LowerContext, node: Node) -> None:
 
 @lowers("integer_matmul")
 def lower_integer_matmul(ctx: LowerContext, node: Node) -> None:
-    """Both operands widened to f64 and shifted by their zero points, one Dgemm, CastGeneric to i32."""
+    """Both operands widened to f64 and shifted by their zero points, a Dgemm (one per batch when b is
+    batched), CastGeneric to i32."""
     ia, ib, iaz, ibz = node.inputs
     a, b, az, bz = (ctx.node(i) for i in node.inputs)
-    m, k, n = numel(a.shape[:-1]), b.shape[0], b.shape[1]
-    a_rows = (*a.shape[:-1], 1)
+    k, n = b.shape[-2:]
+    batches = numel(b.shape[:-2])
+    m = numel(a.shape[:-1]) // batches
     sa = _binary(ctx, BinaryOp.Sub, _widened(ctx, ia, "a f64"), a.shape, _widened(ctx, iaz, "a_zp f64"),
-                 _padded(az.shape, a_rows), a.shape, "a − a_zp")
+                 _padded(az.shape, a.shape), a.shape, "a − a_zp")
     sb = _binary(ctx, BinaryOp.Sub, _widened(ctx, ib, "b f64"), b.shape, _widened(ctx, ibz, "b_zp f64"),
                  bz.shape, b.shape, "b − b_zp")
-    product = ctx.scratch(8 * m * n, "product f64")
-    ctx.emit(lambda at: T.Dgemm(a=at(sa), b=at(sb), c=at(product), m=m, k=k, n=n), reads=[sa, sb], writes=[product])
-    ctx.emit(lambda at: T.CastGeneric(src=at(product), dst=at(node.id), len=m * n, src_dtype=DType.F64,
+    product = ctx.scratch(8 * batches * m * n, "product f64")
+    for i in range(batches):
+        ctx.emit(lambda at, i=i: T.Dgemm(a=at(sa) + 8 * i * m * k, b=at(sb) + 8 * i * k * n,
+                                         c=at(product) + 8 * i * m * n, m=m, k=k, n=n),
+                 reads=[sa, sb], writes=[product])
+    ctx.emit(lambda at: T.CastGeneric(src=at(product), dst=at(node.id), len=batches * m * n, src_dtype=DType.F64,
                                       dst_dtype=DType.I32), reads=[product], writes=[node.id])
 
 

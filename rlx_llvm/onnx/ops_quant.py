@@ -3,7 +3,7 @@ MatMulInteger, QLinearMatMul — bit-exact against onnx.reference (ties round to
 
 Quantizing runs on `Graph.quantize` / `requantize` / `integer_matmul` (graph/quant.py), not on RLX's
 `Quantize` / `QMatMul` thunks, whose rounding is half away from zero.  Refused by name: blocked
-quantization (`block_size`), 4-bit and float8 types, MatMulInteger / QLinearMatMul with a batched `B`.
+quantization (`block_size`), 4-bit and float8 types, a batched `B` whose batch dims are not A's.
 """
 from __future__ import annotations
 
@@ -89,8 +89,8 @@ def _dynamic_quantize(cx: Convert, node) -> list:
 def _matmul_operands(cx: Convert, node, slots: tuple[int, int, int, int]) -> tuple[Value, Value, Value, Value]:
     """(a, b, a_zp as [m, 1] or scalar, b_zp as [n] or scalar) of an integer matmul."""
     a, b = cx.tensor(node.input[slots[0]]), cx.tensor(node.input[slots[1]])
-    if b.ndim != 2 or a.ndim < 2:
-        raise Unsupported(f"A {list(a.shape)} @ B {list(b.shape)}: B must be 2-D and A at least 2-D")
+    if a.ndim < 2 or b.ndim < 2 or (b.ndim > 2 and a.shape[:-2] != b.shape[:-2]):
+        raise Unsupported(f"A {list(a.shape)} @ B {list(b.shape)}: a batched B must have A's batch dims")
     zps = []
     for operand, slot, shape in ((a, slots[2], [-1, 1]), (b, slots[3], [-1])):
         if not cx.has(node, slot):
@@ -109,11 +109,14 @@ def _matmul_integer(cx: Convert, node) -> list:
 def _qlinear_matmul(cx: Convert, node) -> list:
     """`saturate(rint((a − a_zp)(b − b_zp) · (a_scale·b_scale/y_scale)) + y_zp)`, the product exact in f64."""
     acc = cx.g.integer_matmul(*_matmul_operands(cx, node, (0, 3, 2, 5)))
-    a_scale, b_scale, y_scale = (cx.need_const(node, i, what).astype(np.float32)
+    a_scale, b_scale, y_scale = (cx.need_const(node, i, what)
                                  for i, what in ((1, "a_scale"), (4, "b_scale"), (6, "y_scale")))
     if a_scale.size > 1:
         a_scale = a_scale.reshape(-1, 1)
-    multiplier = a_scale * b_scale / y_scale                 # f32, as onnx.reference computes it
+    product = a_scale * b_scale / y_scale                  # in the scales' own type, as onnx.reference computes it
+    multiplier = product.astype(np.float32)
+    if not np.array_equal(multiplier, product):
+        raise Unsupported(f"a {product.dtype} scale product that f32 does not hold exactly")
     y_zp = cx.tensor(node.input[7]) if cx.has(node, 7) else _zero(cx, cx.dtype(node.input[0]))
     if y_zp.dtype not in INTEGER:
         raise Unsupported(f"output type {y_zp.dtype.value}")

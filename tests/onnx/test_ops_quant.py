@@ -54,6 +54,8 @@ def _cases():
     yield (h.make_node("QLinearMatMul", ["au", "as", "azp", "b_u8", "bs", "bzp0", "ys", "yzp"], ["qlm_u8"]),
            {"as": np.float32(0.02), "bs": np.float32(0.015), "bzp0": np.uint8(120), "ys": np.float32(0.5),
             "yzp": np.uint8(128)}, ("qlm_u8", TP.UINT8))
+    yield (h.make_node("MatMulInteger", ["a3", "b3", "a3zp"], ["mmi_batched"]),
+           {"b3": RNG.integers(0, 256, (2, K, P), dtype=np.uint8), "a3zp": np.uint8(3)}, ("mmi_batched", TP.INT32))
     yield (h.make_node("QLinearMatMul", ["ai", "as", "azp_i8", "b_i8", "bs_cols", "bzp_i8", "ys2", "yzp_i8"],
                        ["qlm_i8"]),
            {"azp_i8": np.int8(-2), "bs_cols": RNG.uniform(0.01, 0.03, P).astype(np.float32), "bzp_i8": np.int8(0),
@@ -65,7 +67,7 @@ def _model(cases, inits: dict):
     return model([c[0] for c in cases],
                  [("x", TP.FLOAT, [N, C, W]), ("xpos", TP.FLOAT, [N, C, W]), ("xq", TP.INT8, [N, C, W]),
                   ("xu", TP.UINT8, [N, C, W]), ("xi32", TP.INT32, [N, C, W]), ("au", TP.UINT8, [M, K]),
-                  ("ai", TP.INT8, [M, K])], outputs, list(inits.items()), opset=21)
+                  ("ai", TP.INT8, [M, K]), ("a3", TP.UINT8, [2, M, K])], outputs, list(inits.items()), opset=21)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +80,8 @@ def results():
     feeds = {"x": _x(), "xpos": np.abs(_x()) + 0.25, "xq": RNG.integers(-128, 128, (N, C, W), dtype=np.int8),
              "xu": RNG.integers(0, 256, (N, C, W), dtype=np.uint8),
              "xi32": RNG.integers(-2 ** 20, 2 ** 20, (N, C, W)).astype(np.int32),
-             "au": RNG.integers(0, 256, (M, K), dtype=np.uint8), "ai": RNG.integers(-128, 128, (M, K), dtype=np.int8)}
+             "au": RNG.integers(0, 256, (M, K), dtype=np.uint8), "ai": RNG.integers(-128, 128, (M, K), dtype=np.int8),
+             "a3": RNG.integers(0, 256, (2, M, K), dtype=np.uint8)}
     names = [o for c in cases for o, _ in c[2:]]
     expected = dict(zip([o for c in by_reference for o, _ in c[2:]], reference_run(_model(by_reference, inits), feeds)))
     rows = feeds["ai"].astype(np.int64) - inits["azp_rows"].astype(np.int64)[:, None]
@@ -102,11 +105,12 @@ def test_ties_round_to_even(results):
 
 def test_unsupported_forms_are_each_named():
     nodes = [h.make_node("QuantizeLinear", ["x", "sb"], ["a"], block_size=2, axis=1, name="blocked"),
-             h.make_node("MatMulInteger", ["ab", "ab"], ["b"], name="batched")]
-    m = model(nodes, [("x", TP.FLOAT, [2, 4]), ("ab", TP.INT8, [2, 3, 3])], [("a", TP.UINT8), ("b", TP.INT32)],
+             h.make_node("MatMulInteger", ["ab", "ab3"], ["b"], name="batched")]
+    m = model(nodes, [("x", TP.FLOAT, [2, 4]), ("ab", TP.INT8, [2, 3, 3]), ("ab3", TP.INT8, [3, 3, 3])],
+              [("a", TP.UINT8), ("b", TP.INT32)],
               [("sb", np.ones((2, 2), np.float32))], opset=21)
     with pytest.raises(rl.onnx.OnnxImportError) as err:
         rl.onnx.load(m)
     text = str(err.value)
     assert "QuantizeLinear 'blocked'" in text and "block_size" in text
-    assert "MatMulInteger 'batched'" in text and "B must be 2-D" in text
+    assert "MatMulInteger 'batched'" in text and "a batched B must have A's batch dims" in text

@@ -25,6 +25,7 @@ CASES = {
          (h.make_node("DFT", ["real", "len16", "ax1"], ["dft_onesided_pad"], onesided=1), {"len16": _i64(16)}),
          (h.make_node("DFT", ["cplx", "len7"], ["dft_truncated"]), {"len7": _i64(7)}),
          (h.make_node("DFT", ["grid", "", "ax1"], ["dft_axis1_of_4d"]), {}),
+         (h.make_node("DFT", ["half", "", "ax1"], ["dft_irfft"], onesided=1, inverse=1), {}),
          (h.make_node("STFT", ["real", "step", "window"], ["stft_window"]),
           {"step": _i64(3), "window": np.hanning(6).astype(np.float32)}),
          (h.make_node("STFT", ["cplx", "step", "", "len4"], ["stft_complex"], onesided=0), {"len4": _i64(4)})],
@@ -37,7 +38,8 @@ NAMES = [(opset, n.output[0]) for opset, cases in CASES.items() for n, _ in case
 def _model(opset: int):
     inits = {k: v for _, i in CASES[opset] for k, v in i.items()}
     return model([n for n, _ in CASES[opset]], [("real", TP.FLOAT, [B, N, 1]), ("cplx", TP.FLOAT, [B, N, 2]),
-                                               ("grid", TP.FLOAT, [B, N, M, 2])],
+                                               ("grid", TP.FLOAT, [B, N, M, 2]),
+                                               ("half", TP.FLOAT, [B, N // 2 + 1, 2])],
                  [n.output[0] for n, _ in CASES[opset]], list(inits.items()), opset=opset)
 
 
@@ -45,7 +47,8 @@ def _model(opset: int):
 def results():
     feeds = {"real": RNG.standard_normal((B, N, 1)).astype(np.float32),
              "cplx": RNG.standard_normal((B, N, 2)).astype(np.float32),
-             "grid": RNG.standard_normal((B, N, M, 2)).astype(np.float32)}
+             "grid": RNG.standard_normal((B, N, M, 2)).astype(np.float32),
+             "half": RNG.standard_normal((B, N // 2 + 1, 2)).astype(np.float32)}
     out = {}
     for opset in CASES:
         m = _model(opset)
@@ -62,12 +65,12 @@ def test_matches_onnxruntime_and_reference(results, name):
 
 
 def test_unsupported_forms_are_each_named():
-    nodes = [h.make_node("DFT", ["x", "", "ax"], ["a"], inverse=1, onesided=1, name="inv_onesided"),
+    nodes = [h.make_node("DFT", ["x", "", "ax"], ["a"], name="last_axis"),
              h.make_node("STFT", ["x", "step", "w", "flen"], ["b"], name="short_window", onesided=1)]
     m = model(nodes, [("x", TP.FLOAT, [1, 8, 1])], ["a", "b"],
-              [("ax", _i64(1)), ("step", _i64(2)), ("w", np.ones(3, np.float32)), ("flen", _i64(4))], opset=20)
+              [("ax", _i64(2)), ("step", _i64(2)), ("w", np.ones(3, np.float32)), ("flen", _i64(4))], opset=20)
     with pytest.raises(rl.onnx.OnnxImportError) as err:
         rl.onnx.load(m)
     text = str(err.value)
-    assert "DFT 'inv_onesided'" in text and "onesided with inverse" in text
+    assert "DFT 'last_axis'" in text and "axis is the last (re, im) axis" in text
     assert "STFT 'short_window'" in text and "window of shape [3] for frame_length 4" in text
