@@ -1,6 +1,8 @@
 """Ops the ONNX importer needs beyond the other families, each one thunk:
 
     y = g.wide_binary("add", a, b)                        # i64 (or f64) math, NumPy broadcasting: BinaryFull / BinaryFullF64
+    m = g.wide_compare("lt", a, b)                        # i64 comparison to bool, broadcasting: Compare
+    y = g.wide_where(m, a, b)                             # select of 4- or 8-byte values: Where (operands expanded)
     y = g.gather_elements(x, idx, axis)                   # take_along_axis: GatherElements (any dtype)
     y = g.gather_nd(x, idx, batch_dims=0)                 # ONNX GatherND on 4-byte data: GatherNd
     y = g.scatter_elements(x, idx, upd, axis, "add")      # ONNX ScatterElements on f32: ScatterElements
@@ -15,6 +17,7 @@ from __future__ import annotations
 from .. import thunks as T
 from ..dtypes import DType
 from ..ops import BinaryOp, ScatterNdReduction
+from .elementwise import COMPARE_OPS
 from .core import GraphError, Node, Value, broadcast, numel
 from .elementwise import bcast_strides
 from .lower import LowerContext
@@ -37,6 +40,18 @@ class OnnxExtraOps:
         if op not in WIDE_OPS:
             raise GraphError(f"wide_binary: unknown op {op!r} (choose one of {', '.join(WIDE_OPS)})")
         return self.add_node("wide_binary", (a, b), {"op": WIDE_OPS[op]})
+
+    def wide_compare(self, op: str, a: Value, b: Value) -> Value:
+        """`a op b` (eq ne lt le gt ge) on i64 operands as bool, NumPy broadcasting."""
+        if op not in COMPARE_OPS:
+            raise GraphError(f"wide_compare: unknown op {op!r} (choose one of eq, ne, lt, le, gt, ge)")
+        return self.add_node("wide_compare", (a, b), {"op": COMPARE_OPS[op]})
+
+    def wide_where(self, cond: Value, a: Value, b: Value) -> Value:
+        """`cond ? a : b` for bool `cond` and 4- or 8-byte `a`, `b` of one dtype, NumPy broadcasting."""
+        shape = broadcast(broadcast(cond.shape, a.shape, "wide_where"), b.shape, "wide_where")
+        cond, a, b = (v if v.shape == shape else self.broadcast_to(v, shape) for v in (cond, a, b))
+        return self.add_node("wide_where", (cond, a, b), {})
 
     def gather_elements(self, x: Value, idx: Value, axis: int) -> Value:
         """`out[i] = x[i with i[axis] ← idx[i]]`: the shape of `idx`, the dtype of `x`."""
@@ -95,6 +110,49 @@ def lower_wide_binary(ctx: LowerContext, node: Node) -> None:
     else:
         ctx.emit(lambda at: T.BinaryFullF64(lhs=at(ia), rhs=at(ib), dst=at(node.id), **geometry),
                  reads=[ia, ib], writes=[node.id])
+
+
+@infers("wide_compare")
+def _infer_wide_compare(ins: list[Node], attrs: dict) -> tuple:
+    a, b = ins
+    name = f"wide_compare {attrs['op'].name.lower()}"
+    if a.dtype != DType.I64 or b.dtype != DType.I64:
+        raise GraphError(f"{name}: operands must be i64, got {a.dtype.value} and {b.dtype.value}")
+    return broadcast(a.shape, b.shape, name), DType.Bool
+
+
+@infers("wide_where")
+def _infer_wide_where(ins: list[Node], attrs: dict) -> tuple:
+    cond, a, b = ins
+    if cond.dtype != DType.Bool or a.dtype != b.dtype or a.dtype.itemsize not in (4, 8):
+        raise GraphError(f"wide_where: a bool condition and two 4- or 8-byte operands of one dtype, got "
+                         f"{cond.dtype.value}, {a.dtype.value} and {b.dtype.value}")
+    return a.shape, a.dtype
+
+
+@lowers("wide_compare")
+def lower_wide_compare(ctx: LowerContext, node: Node) -> None:
+    """One Compare on i64 inputs with a broadcast stride walk, writing bool."""
+    ia, ib = node.inputs
+    a, b = ctx.node(ia), ctx.node(ib)
+    out = tuple(node.shape)
+    same = a.shape == b.shape == out
+    ctx.emit(lambda at: T.Compare(lhs=at(ia), rhs=at(ib), dst=at(node.id), len=numel(out), op=node.attrs["op"],
+                                  inputs_i64=1, inputs_elem_bytes=8, dst_elem_bytes=1, lhs_scalar=False,
+                                  rhs_scalar=False, lhs_len=numel(a.shape), rhs_len=numel(b.shape),
+                                  out_dims_bcast=() if same else out,
+                                  bcast_lhs_strides=() if same else bcast_strides(a.shape, out),
+                                  bcast_rhs_strides=() if same else bcast_strides(b.shape, out)),
+             reads=[ia, ib], writes=[node.id])
+
+
+@lowers("wide_where")
+def lower_wide_where(ctx: LowerContext, node: Node) -> None:
+    """One byte-generic Where over operands of the output's shape."""
+    ic, ia, ib = node.inputs
+    ctx.emit(lambda at: T.Where(cond=at(ic), on_true=at(ia), on_false=at(ib), dst=at(node.id), len=numel(node.shape),
+                                elem_bytes=node.dtype.itemsize, cond_elem_bytes=1, cond_scalar=False,
+                                true_scalar=False, false_scalar=False), reads=[ic, ia, ib], writes=[node.id])
 
 
 @infers("gather_elements")

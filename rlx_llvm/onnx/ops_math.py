@@ -146,12 +146,26 @@ def _clip(cx: Convert, node) -> list:
 
 @converts(*COMPARE)
 def _compare(cx: Convert, node) -> list:
+    a, b = cx.tensor(node.input[0]), cx.tensor(node.input[1])
+    if a.dtype in INTEGERS or a.dtype == DType.Bool:
+        return [cx.g.wide_compare(COMPARE[node.op_type], *(_as_i64(cx, v) for v in (a, b)))]
     return [cx.g.compare(COMPARE[node.op_type], _float(cx, node, 0), _float(cx, node, 1))]
+
+
+def _as_i64(cx: Convert, v: Value) -> Value:
+    return v if v.dtype == DType.I64 else cx.g.cast(v, DType.I64)
 
 
 @converts("Where")
 def _where(cx: Convert, node) -> list:
-    return [cx.g.where_(cx.tensor(node.input[0]), _float(cx, node, 1), _float(cx, node, 2))]
+    cond, a, b = (cx.tensor(i) for i in node.input)
+    if a.dtype.is_float and a.dtype != DType.F64:
+        return [cx.g.where_(cond, _float(cx, node, 1), _float(cx, node, 2))]
+    if a.dtype.itemsize in (4, 8) and a.dtype == b.dtype:
+        return [cx.g.wide_where(cond, a, b)]
+    if a.dtype not in INTEGERS and a.dtype != DType.Bool:
+        raise Unsupported(f"Where of {a.dtype.value} values")
+    return [cx.g.cast(cx.g.wide_where(cond, _as_i64(cx, a), _as_i64(cx, b)), a.dtype)]
 
 
 # ── products ───────────────────────────────────────────────────────────────

@@ -79,3 +79,21 @@ def test_gathers_and_scatters():
     want = feeds["x"].copy()
     want[[2, 0]] = feeds["upd_nd"]
     np.testing.assert_array_equal(got[3], want)
+
+
+def test_wide_compare_and_where():
+    """i64 comparisons broadcast to bool; Where selects 8-byte (f64) and 4-byte (i32) values, broadcasting."""
+    g = rl.Graph("select")
+    a, b = g.input("a", [2, 3], "i64"), g.input("b", [3], "i64")
+    x, y = g.input("x", [2, 3], "f64"), g.input("y", [], "f64")
+    p, q = g.input("p", [2, 1], "i32"), g.input("q", [3], "i32")
+    m = g.wide_compare("le", a, b)
+    g.set_outputs([m, g.wide_where(m, x, y), g.wide_where(m, p, q)])
+    feeds = {"a": RNG.integers(-5, 5, (2, 3)), "b": np.array([0, -2, 4]), "x": RNG.standard_normal((2, 3)),
+             "y": np.array(7.0), "p": np.array([[1], [2]], np.int32), "q": np.array([-1, -2, -3], np.int32)}
+    mask, sel, sel32 = rl.Session().compile(g).run(feeds)
+    want = feeds["a"] <= feeds["b"]
+    np.testing.assert_array_equal(mask, want)
+    np.testing.assert_array_equal(sel, np.where(want, feeds["x"], 7.0))
+    np.testing.assert_array_equal(sel32, np.where(want, feeds["p"], feeds["q"]))
+    assert sel32.dtype == np.int32
