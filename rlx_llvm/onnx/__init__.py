@@ -16,8 +16,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..graph import CompiledGraph, Graph, Session
-from . import ops_index, ops_math, ops_nn, ops_shape, ops_rnn, ops_contrib  # noqa: F401  (register converters)
+from . import ops_index, ops_loss, ops_math, ops_nn, ops_shape, ops_rnn, ops_contrib  # noqa: F401  (register converters)
 from . import ops_quant, ops_signal, ops_attention  # noqa: F401
+from . import ops_models  # noqa: F401  (If on a constant condition, IsNaN, model and feed checks)
 from .importer import CONVERTERS, OnnxImportError, Unsupported, converts, load
 
 
@@ -25,8 +26,7 @@ class OnnxModel:
     """An ONNX model ready to run many times: imported and compiled once per distinct set of input shapes."""
 
     def __init__(self, model: "str | Any", session: Session | None = None) -> None:
-        from .importer import _model
-        self.proto = _model(model)
+        self.proto = ops_models.prepare(model)
         self.session = session or Session()
         init = {t.name for t in self.proto.graph.initializer}
         self.input_names = [i.name for i in self.proto.graph.input if i.name not in init]
@@ -45,6 +45,7 @@ class OnnxModel:
     def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Outputs for `feeds` (input name → array), in the model's output order."""
         arrays = {k: np.asarray(v) for k, v in feeds.items()}
+        ops_models.check_feeds(ops_models.declared_inputs(self.proto), arrays)
         missing = [n for n in self.input_names if n not in arrays]
         if missing:
             raise OnnxImportError([f"run: missing input {n!r}" for n in missing])
