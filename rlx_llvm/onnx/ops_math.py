@@ -35,7 +35,32 @@ def arithmetic(cx: Convert, op: str, a: Value, b: Value) -> Value:
         raise Unsupported(f"{op} of {a.dtype.value} tensors")
     wide = DType.F64 if a.dtype == DType.F64 else DType.I64
     y = cx.g.wide_binary(op, *(v if v.dtype == wide else cx.g.cast(v, wide) for v in (a, b)))
-    return y if a.dtype == wide else cx.g.cast(y, a.dtype)
+    return y if a.dtype == wide else cx.g.cast(_wrapped_to(cx, y, a.dtype), a.dtype)
+
+
+def _wrapped_to(cx: Convert, y: Value, dtype: DType) -> Value:
+    """i64 `y` wrapped into the range of the narrower integer `dtype` (two's complement, as ONNX computes)."""
+    bits = 8 * dtype.itemsize
+    i64 = lambda v: cx.g.constant(np.array(v, np.int64), DType.I64)  # noqa: E731
+    if dtype in (DType.U8, DType.U32):
+        return cx.g.wide_binary("bitand", y, i64((1 << bits) - 1))
+    half = i64(1 << (bits - 1))
+    return cx.g.wide_binary("sub", cx.g.wide_binary("bitand", cx.g.wide_binary("add", y, half),
+                                                    i64((1 << bits) - 1)), half)
+
+
+BITWISE = {"BitwiseAnd": "bitand", "BitwiseOr": "bitor", "BitwiseXor": "bitxor"}
+
+
+@converts(*BITWISE, "BitShift", "BitwiseNot")
+def _bitwise(cx: Convert, node) -> list:
+    a = cx.tensor(node.input[0])
+    if a.dtype not in INTEGERS:
+        raise Unsupported(f"{node.op_type} of {a.dtype.value} tensors (integers only)")
+    if node.op_type == "BitwiseNot":
+        return [arithmetic(cx, "bitxor", a, cx.g.constant(np.array(-1, np.int64), DType.I64))]
+    op = BITWISE.get(node.op_type) or ("shl" if cx.attr(node, "direction") == "LEFT" else "shr")
+    return [arithmetic(cx, op, a, cx.tensor(node.input[1]))]
 
 
 @converts(*BINARY)
