@@ -57,8 +57,31 @@ class Specialization:
     plan: Plan
     schedule: ThunkSchedule
     program: Program
+    storage: "Storage"
+
+    @property
+    def arena(self) -> Arena:
+        """The arena this specialization runs on (shared with the others of the same pinned layout)."""
+        return self.storage.arena
+
+
+@dataclasses.dataclass
+class Storage:
+    """One arena for every specialization whose params and constants sit at the same offsets: the
+    weights are written once, not once per input shape; the arena grows (pinned bytes kept) when a
+    larger shape arrives."""
+
+    layout: tuple
+    pinned_bytes: int
     arena: Arena
     params_written: set[str]
+
+    def fit(self, nbytes: int) -> None:
+        """Grow the arena to at least `nbytes`, keeping the pinned bytes."""
+        if self.arena.nbytes < nbytes:
+            grown = Arena(nbytes)
+            grown.bytes[:self.pinned_bytes] = self.arena.bytes[:self.pinned_bytes]
+            self.arena = grown
 
 
 class CompiledGraph:
@@ -73,6 +96,7 @@ class CompiledGraph:
         self.fusion = fusion
         self._params: dict[str, np.ndarray] = dict(graph.param_values)
         self._specs: dict[tuple[Shape, ...], Specialization] = {}
+        self._storages: list[Storage] = []
         self._last: Specialization | None = None
         self._lock = threading.Lock()
         if all(DYNAMIC not in self.graph.nodes[i].shape for i in self.graph.inputs.values()):
@@ -91,8 +115,8 @@ class CompiledGraph:
             raise GraphError(f"set_param {name!r}: shape {list(arr.shape)} does not match the declared "
                              f"{list(node.shape)}")
         self._params[name] = np.array(arr, dtype=node.dtype.numpy, order="C")
-        for spec in self._specs.values():
-            spec.params_written.discard(name)
+        for storage in self._storages:
+            storage.params_written.discard(name)
 
     def run(self, feeds: Mapping[str, "np.ndarray"]) -> list[np.ndarray]:
         """Run on `feeds` (name → array); returns the outputs as new arrays, in `set_outputs` order."""
@@ -133,13 +157,14 @@ class CompiledGraph:
         return out
 
     def _write_params(self, spec: Specialization) -> None:
+        written = spec.storage.params_written
         for name, view in spec.lowered.params.items():
-            if name in spec.params_written:
+            if name in written:
                 continue
             if name not in self._params:
                 raise GraphError(f"run: param {name!r} of graph {self.graph.name!r} was never set (set_param)")
             spec.arena.write(spec.plan.at(view), self._params[name])
-            spec.params_written.add(name)
+            written.add(name)
 
     # ── specialization ──────────────────────────────────────────────────────
 
@@ -156,9 +181,20 @@ class CompiledGraph:
     def _build(self, shapes: tuple[Shape, ...]) -> Specialization:
         built = build_schedule(self.graph, dict(zip(self.graph.inputs, shapes)), fusion=self.fusion)
         program = compile_schedule(built.schedule)
-        arena = Arena.from_bytes(built.arena_image())
-        return Specialization(built.graph, built.fusions, built.lowered, built.plan, built.schedule, program, arena,
-                              set())
+        return Specialization(built.graph, built.fusions, built.lowered, built.plan, built.schedule, program,
+                              self._storage_for(built))
+
+    def _storage_for(self, built: "Built") -> Storage:
+        """The shared arena of this pinned layout (grown to fit), or a new one."""
+        p = built.plan
+        layout = tuple(sorted((p.offsets[b.id], b.nbytes, b.kind, b.label) for b in p.buffers if b.pinned))
+        for storage in self._storages:
+            if storage.layout == layout:
+                storage.fit(p.arena_bytes)
+                return storage
+        storage = Storage(layout, p.pinned_bytes, Arena.from_bytes(built.arena_image()), set())
+        self._storages.append(storage)
+        return storage
 
     # ── inspection ──────────────────────────────────────────────────────────
 

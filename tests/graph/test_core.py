@@ -332,3 +332,23 @@ def test_cli_inspects_a_graph_schedule(tmp_path, capsys):
     assert "ElementwiseRegion" in capsys.readouterr().out
     assert main(["ir", str(path), "--thunk", "0"]) == 0
     assert '@"t0_elementwise_region"' in capsys.readouterr().out
+
+
+def test_shapes_share_one_arena_and_the_weights_are_written_once():
+    g = rl.Graph("shared")
+    x = g.input("x", [-1, 8])
+    g.set_outputs([g.softmax(x @ g.param("w", [8, 8]) + g.constant(np.arange(8, dtype=np.float32)))])
+    cg = rl.Session().compile(g)
+    w = f32(8, 8)
+    cg.set_param("w", w)
+    small, big = f32(2, 8), f32(300, 8)
+    cg.run({"x": small})
+    arena = cg._last.arena
+    got_big = cg.run({"x": big})[0]
+    assert len(cg._storages) == 1 and cg._last.arena.nbytes >= cg.plan().arena_bytes
+    assert cg._last.arena is not arena                       # grown for the larger shape, weights kept
+    got_small = cg.run({"x": small})[0]
+    for x, got in ((small, got_small), (big, got_big)):
+        z = x.astype(np.float64) @ w + np.arange(8)
+        e = np.exp(z - z.max(1, keepdims=True))
+        np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
