@@ -1,5 +1,5 @@
 """ONNX Runtime contrib ops (domain com.microsoft) that exported transformers use: Gelu, BiasGelu, FastGelu,
-SkipLayerNormalization, SkipSimplifiedLayerNormalization, Attention, MatMulNBits.
+SkipLayerNormalization, SkipSimplifiedLayerNormalization, Attention, MatMulNBits, EmbedLayerNormalization.
 
 MatMulNBits' weights are import-time constants: they are dequantized once, exactly (`(q − zero)·scale` in f32),
 into an f32 `[K, N]` constant and multiplied by `matmul`, so the product is the one ORT computes at
@@ -133,3 +133,25 @@ def _matmul_nbits(cx: Convert, node) -> list:
     w = dequantized_nbits(cx, node)
     y = cx.g.matmul(a, cx.g.constant(w))
     return [y + cx.tensor(node.input[5]) if cx.has(node, 5) else y]
+
+
+@converts("EmbedLayerNormalization", domain=MS)
+def _embed_layer_norm(cx: Convert, node) -> list:
+    """`layer_norm(word[ids] + position[positions] + segment[segment_ids])`, and per row the count of mask ones."""
+    if cx.attr(node, "mask_index_type", 1) != 1:
+        raise Unsupported("mask_index_type other than 1 (the count of ones per row)")
+    g = cx.g
+    ids = cx.tensor(node.input[0])
+    batch, seq = ids.shape
+    hidden = cx.shape(node.input[2])[1]
+    positions = cx.tensor(node.input[8]) if cx.has(node, 8) else g.constant(np.arange(seq, dtype=np.int64))
+    total = g.gather(cx.tensor(node.input[2]), ids) + g.gather(cx.tensor(node.input[3]), positions)
+    if cx.has(node, 1) and cx.has(node, 4):
+        total = total + g.gather(cx.tensor(node.input[4]), cx.tensor(node.input[1]))
+    gamma, beta = (_vector(cx, cx.tensor(node.input[i]), hidden) for i in (5, 6))
+    norm = g.layer_norm(total, gamma, beta, eps=float(cx.attr(node, "epsilon", 1e-12)))
+    if cx.has(node, 7):
+        counts = g.cast(g.sum(g.cast(cx.tensor(node.input[7]), "f32"), 1), "i32")
+    else:
+        counts = g.constant(np.zeros(batch, np.int32), "i32")
+    return [norm, counts, total]

@@ -53,6 +53,13 @@ def _cases():
            {}, ["attn_mask2d"])
     yield (h.make_node("Attention", ["x", "at_w", "at_b", "mask1d"], ["attn_mask1d"], domain=MS, num_heads=HEADS,
                        scale=0.3), {}, ["attn_mask1d"])
+    emb = {"we": _rand(30, D), "pe": _rand(S + 2, D), "se": _rand(2, D), "eg": _rand(D), "eb": _rand(D)}
+    yield (h.make_node("EmbedLayerNormalization", ["ids", "seg", "we", "pe", "se", "eg", "eb", "mask2d"],
+                       ["embed_ln", "embed_mask_index", "embed_sum"], domain=MS, epsilon=1e-5),
+           emb, ["embed_ln", "embed_mask_index", "embed_sum"])
+    yield (h.make_node("EmbedLayerNormalization", ["ids", "", "we", "pe", "", "eg", "eb"],
+                       ["embed_plain", "embed_plain_mask_index"], domain=MS, epsilon=1e-5), {},
+           ["embed_plain", "embed_plain_mask_index"])
     for bits, block, zp in [(4, 16, "none"), (4, 32, "packed"), (4, 16, "float"), (8, 16, "packed")]:
         name = f"nbits{bits}_{block}_{zp}"
         inits = {f"{name}_{k}": v for k, v in _nbits(bits, block, zp).items()}
@@ -71,10 +78,12 @@ def results():
     inits = {k: v for _, i, _ in cases for k, v in i.items()}
     m = model([n for n, _, _ in cases], [("x", TP.FLOAT, [B, S, D]), ("skip", TP.FLOAT, [B, S, D]),
                                          ("a", TP.FLOAT, [B, S, K]), ("mask2d", TP.INT32, [B, S]),
-                                         ("mask1d", TP.INT32, [B])],
-              outputs, list(inits.items()), contrib=True)
+                                         ("mask1d", TP.INT32, [B]), ("ids", TP.INT32, [B, S]),
+                                         ("seg", TP.INT32, [B, S])],
+              [(o, TP.INT32) if o.endswith("mask_index") else o for o in outputs], list(inits.items()), contrib=True)
     feeds = {"x": _rand(B, S, D, scale=1.0), "skip": _rand(B, S, D, scale=1.0), "a": _rand(B, S, K, scale=1.0),
-             "mask2d": np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32), "mask1d": np.array([2, 5], np.int32)}
+             "mask2d": np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32), "mask1d": np.array([2, 5], np.int32),
+             "ids": RNG.integers(0, 30, (B, S)).astype(np.int32), "seg": RNG.integers(0, 2, (B, S)).astype(np.int32)}
     return dict(zip(outputs, rl.onnx.run(m, feeds))), dict(zip(outputs, ort_run(m, feeds)))
 
 
