@@ -382,12 +382,14 @@ class Direction:
         old = b.mul(b.and_(s, I64(1)), self.state)
         new = b.sub(self.state, old)
         if shape.gemv:
-            self.gemv(old, new, self.ptr("proj", b.mul(time, a["proj_row"])))
+            self.gemv(s, old, new, self.ptr("proj", b.mul(time, a["proj_row"])))
             self.copy_out(time, new)
             return
         runs = self.row_runs()
         # panels outer: a panel's weights (H·G·P floats) stay in L1/L2 while every row tile uses them
-        with ctx.for_range(0, self.panels, name="panel") as p:
+        # odd steps walk the panels backwards (the last ones read are still in L2: see `gemv`)
+        with ctx.for_range(0, self.panels, name="panel") as i:
+            p = self.serpentine(s, i, self.panels, 1)
             wh = self.ptr("wh", b.mul(p, b.mul(self.gh, I64(self.panel))))
             for start, stop, rows in runs:
                 tile = StepTile(shape.cell, shape.w, rows, shape.vectors).function(ctx)
@@ -406,14 +408,22 @@ class Direction:
             out = self.ptr("dst", b.mul(b.add(b.mul(r, a["seq"]), time), a["dst_row"]))
             copy_bytes(ctx, out, self.ptr("h", new, b.mul(r, self.hp)), b.mul(a["hidden"], I64(4)))
 
-    def gemv(self, old: ir.Value, new: ir.Value, proj: ir.Value) -> None:
+    def serpentine(self, s: ir.Value, i: ir.Value, stop: ir.Value, step: int) -> ir.Value:
+        """`i` of `range(0, stop, step)` on even steps `s`, the same range backwards on odd ones."""
+        b = self.ctx.b
+        return b.select(b.icmp_unsigned("!=", b.and_(s, I64(1)), I64(0)), b.sub(b.sub(stop, I64(step)), i), i)
+
+    def gemv(self, s: ir.Value, old: ir.Value, new: ir.Value, proj: ir.Value) -> None:
         """One batch-1 step straight from W_hh (no packing): per W rows of W_hh, W accumulators of
         `W_hh[row, k:k+W]·h[k:k+W]` over k, their lane sums as one vector (`transpose`, then adds) into
-        `zh[g][hp]` (the wh scratch); then the gate math per W hidden units.  W divides H."""
+        `zh[g][hp]` (the wh scratch); then the gate math per W hidden units.  W divides H.  Odd steps walk
+        the rows backwards, so a step starts on the rows the last one read last — still in L2 when W_hh
+        is larger than L2 (forwards every time, LRU would have evicted each row before its next use)."""
         ctx, b, h, w, cell = self.ctx, self.ctx.b, self.a["hidden"], self.shape.w, self.shape.cell
         zero = ir.Constant(ir.VectorType(F32, w), None)
         h_old, zh = self.ptr("h", old), self.ptr("wh")
-        with ctx.for_range(0, self.gh, w, name="gemv") as row0:
+        with ctx.for_range(0, self.gh, w, name="gemv") as i:
+            row0 = self.serpentine(s, i, self.gh, w)
             weights = self.ptr("w_hh", b.mul(row0, h))
 
             def k_step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
