@@ -1,13 +1,16 @@
 """The `[k, n]`-layout dequantizing GEMMs — `DequantMatMul` (Int8Block, sym/asym), `DequantMatMulInt4`,
 `DequantMatMulFp8`, `DequantMatMulNvfp4` and `DequantMatMulMxFp4x2` — with the decode fused into the
-matmul's register tiles (semantics.md §2.11, §3.8; docs/lowering-dequant.md).
+matmul (semantics.md §2.11, §3.8; docs/lowering-dequant.md).
 
 `C = X @ W` with `W` `[k, n]` stored as codes and per-block scales along k.  W is never materialised in
 f32: a tile of `MR` rows of x × `NC` vectors of columns keeps its accumulators in registers; per k-block
 the tile's scales are loaded once, and per row `p` of W each vector of codes is decoded into a register
 and multiplied into every row's accumulators.  So `m ≤ MR` is one streaming pass over the codes.
-Column panels are split across threads.  Each kind is one `Scheme`: its rows per scale block, how a
-block's scales are loaded, and how a row's codes become weights — the tile and the driver are shared.
+From 2 rows of x the weights are instead decoded once per slab into an L1-sized f32 panel that register
+tiles multiply with every row (`DecodedPanels`); Int8 and Int4 at m ≤ 4 take a folded GEMV
+(`FoldedGemv`).  Column panels are split across threads.  Each kind is one `Scheme`: its rows per
+scale block, how a block's scales are loaded, and how a row's codes become weights — the tiles, the
+decoded panels and the driver are shared.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from ..reference.scaled import FORMATS, Minifloat
 from ..registry import lowering
 from . import lowp_floats as lp
 from .context import EmitContext
-from .gemm import ACCUMULATORS, PANEL_VECTORS, TileShape
+from .gemm import PANEL_VECTORS
 from .toolkit import (F32, FASTMATH, I1, I32, I64, I8, carried_loop, const, is_nan, scratch_ptr, splat, vec,
                       vec_like, vector_registers)
 
@@ -356,10 +359,10 @@ def folded_gemv(ctx: EmitContext, t: Dequant) -> "FoldedGemv | None":
 
 # ── decoded panels (m ≥ `PANEL_MIN_ROWS`): decode once, then Sgemm's register tiles over every row ──
 #
-# The tiles decode each weight once per MR rows of x.  For larger m, per column panel of
+# The tiles decode each weight once per MR rows of x.  For more rows, per column panel of
 # `PANEL_VECTORS` vectors and per slab of k rows (the f32 panel sized to half the L1 data cache), the
-# weights are decoded once into this thread's scratch and Sgemm's micro-kernel (`gemm.TileShape`)
-# multiplies every row of x with them; later slabs add onto dst.  The weights are the tiles' own
+# weights are decoded once into this thread's scratch and register tiles of `tile_rows` rows × 2 vectors
+# multiply every row of x with them; later slabs add onto dst.  The weights are the tiles' own
 # (`Scheme.weights`), so only the sum order differs.
 
 @dataclass(frozen=True)
@@ -409,19 +412,50 @@ class DecodedPanels:
                     ctx.store(0, w, b.add(at, I64(v * self.width)), base=panel)
 
     def multiply(self, ctx: EmitContext, t: Dequant, panel: ir.Value, j: ir.Value, first: ir.Value,
-                 rows: ir.Value, opening: ir.Value) -> None:
-        """`dst[:, j…] (+)= x[:, first…first + rows] @ panel` by Sgemm's register tiles (the opening slab stores)."""
-        b, k, n = ctx.b, t.k, t.n
-        tile_rows = max(1, ACCUMULATORS.get(self.width, 12) // self.vectors)
-        full = t.m - t.m % tile_rows
-        for start, stop, height in ((0, full, tile_rows), (full, t.m, t.m - full)):
+                 count: ir.Value, opening: ir.Value) -> None:
+        """`dst[:, j…] (+)= x[:, first…first + count] @ panel` by register tiles of `tile_rows` rows × `TILE_VECTORS`
+        vectors (the opening slab stores)."""
+        height = tile_rows(self.width)
+        full = t.m - t.m % height
+        for start, stop, rows in ((0, full, height), (full, t.m, t.m - full)):
             if stop > start:
-                store, add = (TileShape(F32, self.width, height, self.vectors, acc).function(ctx) for acc in (0, 1))
-                with ctx.for_range(start, stop, height, name=f"tile{height}") as row:
-                    b.call(b.select(opening, store, add),
-                           [ctx.addr(t.x, b.add(b.mul(row, I64(k)), first), 4), panel,
-                            ctx.addr(t.dst, b.add(b.mul(row, I64(n)), j), 4), I64(k), I64(1),
-                            I64(self.columns), I64(n), rows, I64(self.width), F32(1.0), F32(1.0)])
+                with ctx.for_range(start, stop, rows, name=f"tile{rows}") as row:
+                    for v in range(0, self.vectors, TILE_VECTORS):
+                        self.tile(ctx, t, panel, j, first, count, opening, row, rows, v)
+
+    def tile(self, ctx: EmitContext, t: Dequant, panel: ir.Value, j: ir.Value, first: ir.Value, count: ir.Value,
+             opening: ir.Value, row: ir.Value, rows: int, vector: int) -> None:
+        """Rows `row…row + rows` of dst at the panel's vectors `vector…vector + TILE_VECTORS`: one FMA chain
+        per accumulator register over the slab."""
+        b, w, k = ctx.b, self.width, t.k
+        x_rows = [b.add(b.mul(b.add(row, I64(r)), I64(k)), first) for r in range(rows)]
+        offsets = [I64((vector + v) * w) for v in range(TILE_VECTORS)]
+
+        def step(p: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            at = b.mul(p, I64(self.columns))
+            ws = [ctx.load(0, F32, b.add(at, off), w, base=panel) for off in offsets]
+            out = []
+            for r, x_row in enumerate(x_rows):
+                x = splat(b, ctx.load(t.x, F32, b.add(x_row, p)), w)
+                out += [b.fadd(acc, b.fmul(x, wv, flags=FASTMATH), flags=FASTMATH)
+                        for acc, wv in zip(accs[r * TILE_VECTORS:], ws)]
+            return out
+
+        accs = carried_loop(ctx, 0, count, 1, [const(F32, 0.0, w)] * (rows * TILE_VECTORS), step, name="fma")
+        for r in range(rows):
+            for v, off in enumerate(offsets):
+                out = b.add(b.add(b.mul(b.add(row, I64(r)), I64(t.n)), j), off)
+                before = b.select(opening, const(F32, 0.0, w), ctx.load(t.dst, F32, out, w))
+                ctx.store(t.dst, b.fadd(before, accs[r * TILE_VECTORS + v]), out)
+
+
+TILE_VECTORS = 2   # vectors of columns per register tile of the decoded panels
+
+
+def tile_rows(lanes: int) -> int:
+    """Rows per register tile: its accumulators, `TILE_VECTORS` weight vectors and a broadcast x in the
+    host's vector registers (6 of AVX2's 16, 14 of AVX-512's 32)."""
+    return (vector_registers(lanes) - TILE_VECTORS - 1) // TILE_VECTORS
 
 
 PANEL_MIN_ROWS = 2

@@ -134,7 +134,7 @@ PANEL_SHAPES = [(7, 150, 4 * W + 3, 48), (6, 150, 8 * W + 2, 48)]
 """(m, k, n, block) for the decoded panels (m ≥ 2 where the folded GEMV does not serve): 150 rows are
 slabs of 128 (AVX2) or 64 (AVX-512) with a ragged last one, blocks of 48 straddle slab boundaries (FP8's
 one block spans them all, NVFP4's 16-row groups end ragged); a whole panel and a tail of columns, n odd
-and even; 7 rows are two of AVX2's 3-row register tiles and one row."""
+and even; 7 rows are AVX2's 6-row register tile and one row."""
 
 GEMV_SHAPES = [(1, 131, 1030, 16), (3, 37, 8 * W + 6, 16), (4, 20, 4 * W + 2, 64), (2, 37, 6 * W + 2, 16)]
 """(m, k, n, block) for the folded GEMV (Int8, Int4 with n even; m ≤ 4): whole panels and a tail of
