@@ -45,6 +45,11 @@ class QuantOps:
         batch dims); zero points broadcast (a_zp per row, b_zp per column)."""
         return self.add_node("integer_matmul", (a, b, a_zp, b_zp))
 
+    def dequant_matmul_int4(self, x: Value, codes: Value, scale: Value, zero: Value, block_size: int) -> Value:
+        """`x [..., k] @ W` with `W[p, j] = (q[p, j] − zero[p // block, j])·scale[p // block, j]`: `codes` u8
+        holding the `[k, n]` 4-bit codes row-major, two per byte (even index low); scale, zero f32 `[⌈k/block⌉, n]`."""
+        return self.add_node("dequant_matmul_int4", (x, codes, scale, zero), {"block_size": int(block_size)})
+
 
 def _attrs(op: str, dtype: "DType | str") -> dict:
     return {"dtype": parse_dtype(dtype, op), "op": op}
@@ -79,6 +84,20 @@ def _infer_integer_matmul(ins: list[Node], attrs: dict) -> tuple:
             raise GraphError(f"integer_matmul: {what} {list(zp.shape)} {zp.dtype.value} must have its operand's "
                              f"dtype and broadcast to {list(like)}")
     return out, DType.I32
+
+
+@infers("dequant_matmul_int4")
+def _infer_dequant_matmul_int4(ins: list[Node], attrs: dict) -> tuple:
+    x, codes, scale, zero = ins
+    block = attrs["block_size"]
+    k = x.shape[-1] if x.shape else 0
+    n = scale.shape[-1] if scale.shape else 0
+    if x.dtype != DType.F32 or codes.dtype != DType.U8 or block < 1 or len(scale.shape) != 2 \
+            or scale.shape != (-(-k // block), n) or zero.shape != scale.shape or codes.shape != ((k * n + 1) // 2,):
+        raise GraphError(f"dequant_matmul_int4: x {list(x.shape)} {x.dtype.value}, codes {list(codes.shape)} "
+                         f"{codes.dtype.value}, scale {list(scale.shape)}, zero {list(zero.shape)} do not fit "
+                         f"f32 [..., k], u8 [⌈k·n/2⌉], f32 [⌈k/{block}⌉, n] twice")
+    return (*x.shape[:-1], n), DType.F32
 
 
 # ── lowering ────────────────────────────────────────────────────────────────
@@ -157,6 +176,17 @@ def lower_integer_matmul(ctx: LowerContext, node: Node) -> None:
                  reads=[sa, sb], writes=[product])
     ctx.emit(lambda at: T.CastGeneric(src=at(product), dst=at(node.id), len=batches * m * n, src_dtype=DType.F64,
                                       dst_dtype=DType.I32), reads=[product], writes=[node.id])
+
+
+@lowers("dequant_matmul_int4")
+def lower_dequant_matmul_int4(ctx: LowerContext, node: Node) -> None:
+    """One DequantMatMulInt4 (asymmetric: the zero points are explicit)."""
+    ix, iw, isc, iz = node.inputs
+    x = ctx.node(ix)
+    ctx.emit(lambda at: T.DequantMatMulInt4(x=at(ix), w_q=at(iw), scale=at(isc), zp=at(iz), dst=at(node.id),
+                                            m=numel(x.shape[:-1]), k=x.shape[-1], n=node.shape[-1],
+                                            block_size=node.attrs["block_size"], is_asymmetric=True),
+             reads=[ix, iw, isc, iz], writes=[node.id])
 
 
 def _padded(shape: tuple, like: tuple) -> tuple:

@@ -31,7 +31,8 @@ LogSoftmax MatMul Max MaxPool Mean Min Mish Mod Mul Neg Not Or Pad Pow PRelu Ran
 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu
 Reshape Resize RMSNormalization Round ScatterElements ScatterND Selu Shape Sigmoid Sign Sin Sinh Size Slice
 Softmax Softplus Softsign Split Sqrt Squeeze Sub Sum Tan Tanh ThresholdedRelu Tile TopK Transpose Unsqueeze
-Where Xor ConstantOfShape""".split()
+Where Xor ConstantOfShape LSTM GRU RNN DFT STFT QuantizeLinear DequantizeLinear QLinearMatMul MatMulInteger
+Attention RotaryEmbedding""".split()
 
 RECYCLE_AFTER = 150            # a worker is replaced after this many cases (JIT engines accumulate)
 

@@ -1,9 +1,10 @@
 """ONNX Runtime contrib ops (domain com.microsoft) that exported transformers use: Gelu, BiasGelu, FastGelu,
 SkipLayerNormalization, SkipSimplifiedLayerNormalization, Attention, MatMulNBits, EmbedLayerNormalization.
 
-MatMulNBits' weights are import-time constants: they are dequantized once, exactly (`(q − zero)·scale` in f32),
-into an f32 `[K, N]` constant and multiplied by `matmul`, so the product is the one ORT computes at
-`accuracy_level` 0 (higher levels let ORT quantize A to int8: ours stays f32).  Attention's fused QKV
+MatMulNBits' weights are import-time constants: 4-bit ones are repacked into the `DequantMatMulInt4` layout
+(`[K, N]` nibbles row-major, f32 scale and zero point per `[block, column]`), 8-bit ones dequantized once,
+exactly, into an f32 `[K, N]` constant for `matmul`.  Either is the product ORT computes at `accuracy_level` 0
+(higher levels let ORT quantize A to int8: ours stays f32).  Attention's fused QKV
 projection is one matmul whose result is narrowed into q, k, v (the `bert_layer` fusion's pattern).
 """
 from __future__ import annotations
@@ -109,13 +110,13 @@ def unpack_codes(packed: np.ndarray, bits: int) -> np.ndarray:
     return np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1).astype(np.int32)
 
 
-def dequantized_nbits(cx: Convert, node) -> np.ndarray:
-    """MatMulNBits' B as f32 `[K, N]`: per (column n, block) `(q − zero)·scale`."""
+def nbits_blocks(cx: Convert, node) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MatMulNBits' B as (codes `[K, N]` int32, scale and zero f32 `[⌈K/block⌉, N]`)."""
     k, n, bits, block = (int(cx.attr(node, a)) for a in ("K", "N", "bits", "block_size"))
     if cx.has(node, 4):
         raise Unsupported("g_idx (act-order groups) is not supported")
     blocks = -(-k // block)
-    codes = unpack_codes(cx.need_const(node, 1, "B"), bits).reshape(n, blocks, -1)[:, :, :block]
+    codes = unpack_codes(cx.need_const(node, 1, "B"), bits).reshape(n, blocks * block)[:, :k]
     scales = cx.need_const(node, 2, "scales").astype(np.float32).reshape(n, blocks)
     if not cx.has(node, 3):
         zero = np.full((n, blocks), 1 << (bits - 1), np.float32)
@@ -123,15 +124,27 @@ def dequantized_nbits(cx: Convert, node) -> np.ndarray:
         z = cx.need_const(node, 3, "zero_points")
         zero = (unpack_codes(z.reshape(n, -1), bits)[:, :blocks] if z.dtype == np.uint8
                 else z.reshape(n, blocks)).astype(np.float32)
-    w = (codes.astype(np.float32) - zero[..., None]) * scales[..., None]
-    return np.ascontiguousarray(w.reshape(n, blocks * block)[:, :k].T)
+    return np.ascontiguousarray(codes.T), np.ascontiguousarray(scales.T), np.ascontiguousarray(zero.T)
+
+
+def packed_nibbles(codes: np.ndarray) -> np.ndarray:
+    """4-bit codes, row-major, two per byte (even index in the low nibble)."""
+    flat = np.append(codes.ravel(), 0) if codes.size % 2 else codes.ravel()
+    return (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8)
 
 
 @converts("MatMulNBits", domain=MS)
 def _matmul_nbits(cx: Convert, node) -> list:
-    a = _float(cx, node)
-    w = dequantized_nbits(cx, node)
-    y = cx.g.matmul(a, cx.g.constant(w))
+    """4-bit: one DequantMatMulInt4 on the repacked nibbles; 8-bit: dequantized at import, then matmul."""
+    g, a = cx.g, _float(cx, node)
+    codes, scale, zero = nbits_blocks(cx, node)
+    block = int(cx.attr(node, "block_size"))
+    if int(cx.attr(node, "bits")) == 4:
+        y = g.dequant_matmul_int4(a, g.constant(packed_nibbles(codes), "u8"), g.constant(scale), g.constant(zero),
+                                  block)
+    else:
+        rows = np.arange(codes.shape[0]) // block
+        y = g.matmul(a, g.constant((codes.astype(np.float32) - zero[rows]) * scale[rows]))
     return [y + cx.tensor(node.input[5]) if cx.has(node, 5) else y]
 
 

@@ -72,7 +72,7 @@ def _cases():
 
 
 @pytest.fixture(scope="module")
-def results():
+def contrib_model():
     cases = list(_cases())
     outputs = [o for _, _, outs in cases for o in outs]
     inits = {k: v for _, i, _ in cases for k, v in i.items()}
@@ -81,6 +81,12 @@ def results():
                                          ("mask1d", TP.INT32, [B]), ("ids", TP.INT32, [B, S]),
                                          ("seg", TP.INT32, [B, S])],
               [(o, TP.INT32) if o.endswith("mask_index") else o for o in outputs], list(inits.items()), contrib=True)
+    return m, outputs
+
+
+@pytest.fixture(scope="module")
+def results(contrib_model):
+    m, outputs = contrib_model
     feeds = {"x": _rand(B, S, D, scale=1.0), "skip": _rand(B, S, D, scale=1.0), "a": _rand(B, S, K, scale=1.0),
              "mask2d": np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32), "mask1d": np.array([2, 5], np.int32),
              "ids": RNG.integers(0, 30, (B, S)).astype(np.int32), "seg": RNG.integers(0, 2, (B, S)).astype(np.int32)}
@@ -91,6 +97,11 @@ def results():
 def test_matches_onnxruntime(results, name):
     ours, ort = results
     assert_scaled_close(ours[name], ort[name], name)
+
+
+def test_four_bit_weights_run_as_dequant_matmul_int4(contrib_model):
+    ops = [n.op for n in rl.onnx.load(contrib_model[0]).nodes]
+    assert ops.count("dequant_matmul_int4") == 3 and ops.count("matmul") >= 1
 
 
 def test_unsupported_forms_are_each_named():
