@@ -94,16 +94,21 @@ def _infer_wide_binary(ins: list[Node], attrs: dict) -> tuple:
     return broadcast(a.shape, b.shape, name), a.dtype
 
 
+def _broadcast_geometry(ctx: LowerContext, node: Node) -> dict:
+    """The length, op and NumPy-broadcast stride walk fields BinaryFull and Compare share (no walk when equal)."""
+    a, b = (ctx.node(i).shape for i in node.inputs)
+    out = tuple(node.shape)
+    same = a == b == out
+    return dict(len=numel(out), lhs_len=numel(a), rhs_len=numel(b), op=node.attrs["op"],
+                out_dims_bcast=() if same else out, bcast_lhs_strides=() if same else bcast_strides(a, out),
+                bcast_rhs_strides=() if same else bcast_strides(b, out))
+
+
 @lowers("wide_binary")
 def lower_wide_binary(ctx: LowerContext, node: Node) -> None:
     """One BinaryFull (i64, elem_bytes 8) or BinaryFullF64 with a broadcast stride walk."""
     ia, ib = node.inputs
-    a, b = ctx.node(ia), ctx.node(ib)
-    out = tuple(node.shape)
-    same = a.shape == b.shape == out
-    geometry = dict(len=numel(out), lhs_len=numel(a.shape), rhs_len=numel(b.shape), op=node.attrs["op"],
-                    out_dims_bcast=() if same else out, bcast_lhs_strides=() if same else bcast_strides(a.shape, out),
-                    bcast_rhs_strides=() if same else bcast_strides(b.shape, out))
+    geometry = _broadcast_geometry(ctx, node)
     if node.dtype == DType.I64:
         ctx.emit(lambda at: T.BinaryFull(lhs=at(ia), rhs=at(ib), dst=at(node.id), elem_bytes=8, **geometry),
                  reads=[ia, ib], writes=[node.id])
@@ -134,16 +139,9 @@ def _infer_wide_where(ins: list[Node], attrs: dict) -> tuple:
 def lower_wide_compare(ctx: LowerContext, node: Node) -> None:
     """One Compare on i64 inputs with a broadcast stride walk, writing bool."""
     ia, ib = node.inputs
-    a, b = ctx.node(ia), ctx.node(ib)
-    out = tuple(node.shape)
-    same = a.shape == b.shape == out
-    ctx.emit(lambda at: T.Compare(lhs=at(ia), rhs=at(ib), dst=at(node.id), len=numel(out), op=node.attrs["op"],
-                                  inputs_i64=1, inputs_elem_bytes=8, dst_elem_bytes=1, lhs_scalar=False,
-                                  rhs_scalar=False, lhs_len=numel(a.shape), rhs_len=numel(b.shape),
-                                  out_dims_bcast=() if same else out,
-                                  bcast_lhs_strides=() if same else bcast_strides(a.shape, out),
-                                  bcast_rhs_strides=() if same else bcast_strides(b.shape, out)),
-             reads=[ia, ib], writes=[node.id])
+    ctx.emit(lambda at: T.Compare(lhs=at(ia), rhs=at(ib), dst=at(node.id), inputs_i64=1, inputs_elem_bytes=8,
+                                  dst_elem_bytes=1, lhs_scalar=False, rhs_scalar=False,
+                                  **_broadcast_geometry(ctx, node)), reads=[ia, ib], writes=[node.id])
 
 
 @lowers("wide_where")

@@ -80,12 +80,17 @@ def _out_count(size: int, k: int, s: int, d: int, pad: tuple[int, int], ceil: bo
 
 # ── convolution ─────────────────────────────────────────────────────────────
 
+def _operands(cx: Convert, node) -> tuple[Value, Value, Value, Value, bool]:
+    """Input and weight as given and as NCHW, and whether the op is 1-D."""
+    x0, w0 = _float(cx, node, 0), _float(cx, node, 1)
+    x, one_d = _as_2d(cx, x0, node.op_type)
+    return x0, w0, x, _as_2d(cx, w0, node.op_type)[0], one_d
+
+
 @converts("Conv")
 def _conv(cx: Convert, node) -> list:
     g = cx.g
-    x0, w0 = _float(cx, node, 0), _float(cx, node, 1)
-    x, one_d = _as_2d(cx, x0, "Conv")
-    w, _ = _as_2d(cx, w0, "Conv")
+    x0, w0, x, w, one_d = _operands(cx, node)
     kernel = list(cx.attr(node, "kernel_shape", w0.shape[2:]))
     strides, dil, pads = _spatial(cx, node, x0, kernel)
     counts = [_out_count(sz, k, s, d, p) for sz, k, s, d, p in zip(x0.shape[2:], kernel, strides, dil, pads)]
@@ -104,9 +109,7 @@ def _conv(cx: Convert, node) -> list:
 def _conv_transpose(cx: Convert, node) -> list:
     from ..graph.backward import conv2d_backward
     g = cx.g
-    x0, w0 = _float(cx, node, 0), _float(cx, node, 1)
-    x, one_d = _as_2d(cx, x0, "ConvTranspose")
-    w, _ = _as_2d(cx, w0, "ConvTranspose")
+    x0, w0, x, w, one_d = _operands(cx, node)
     n_sp = x0.ndim - 2
     kernel = list(cx.attr(node, "kernel_shape", w0.shape[2:]))
     strides = list(cx.attr(node, "strides", [1] * n_sp))
