@@ -85,6 +85,24 @@ def _unary(cx: Convert, node) -> list:
     return [cx.g.activation(UNARY[node.op_type], _float(cx, node))]
 
 
+def _inverse_and_hyperbolic(g, op: str, x: Value) -> Value:
+    """asin/acos/sinh/cosh/asinh/acosh/atanh from exp, log, sqrt and atan."""
+    if op in ("Sinh", "Cosh"):
+        e, inv = g.exp(x), g.exp(-x)
+        return (e - inv if op == "Sinh" else e + inv) * 0.5
+    if op in ("Asinh", "Acosh"):
+        return g.log(x + g.sqrt(x * x + (1.0 if op == "Asinh" else -1.0)))
+    if op == "Atanh":
+        return g.log((x + 1.0) / (1.0 - x)) * 0.5
+    asin = g.activation("atan", x / g.sqrt(1.0 - x * x))
+    return asin if op == "Asin" else (asin * -1.0) + float(np.pi / 2)
+
+
+@converts("Asin", "Acos", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh")
+def _trig(cx: Convert, node) -> list:
+    return [_inverse_and_hyperbolic(cx.g, node.op_type, _float(cx, node))]
+
+
 @converts("Gelu")
 def _gelu(cx: Convert, node) -> list:
     approx = cx.attr(node, "approximate", "none")

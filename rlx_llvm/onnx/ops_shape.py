@@ -1,5 +1,5 @@
 """ONNX shape ops: Shape/Size (import-time constants), Reshape, Transpose, Flatten, Squeeze, Unsqueeze,
-Concat, Split, Slice, Gather, Expand, Tile, Cast."""
+Concat, Split, Slice, Gather, Expand, Tile, Cast, DepthToSpace/SpaceToDepth."""
 from __future__ import annotations
 
 import numpy as np
@@ -168,3 +168,21 @@ def _cast(cx: Convert, node) -> list:
 @converts("CastLike")
 def _cast_like(cx: Convert, node) -> list:
     return [cx.g.cast(cx.tensor(node.input[0]), cx.dtype(node.input[1]))]
+
+
+@converts("DepthToSpace", "SpaceToDepth")
+def _depth_space(cx: Convert, node) -> list:
+    g = cx.g
+    x = cx.tensor(node.input[0])
+    n, c, h, w = x.shape
+    b = int(cx.attr(node, "blocksize"))
+    dcr = cx.attr(node, "mode", "DCR") == "DCR"
+    if node.op_type == "SpaceToDepth":
+        y = g.reshape(x, [n, c, h // b, b, w // b, b])
+        perm = [0, 3, 5, 1, 2, 4] if dcr else [0, 1, 3, 5, 2, 4]
+        return [g.reshape(g.transpose(y, perm), [n, c * b * b, h // b, w // b])]
+    if dcr:
+        y, perm = g.reshape(x, [n, b, b, c // (b * b), h, w]), [0, 3, 4, 1, 5, 2]
+    else:
+        y, perm = g.reshape(x, [n, c // (b * b), b, b, h, w]), [0, 1, 4, 2, 5, 3]
+    return [g.reshape(g.transpose(y, perm), [n, c // (b * b), h * b, w * b])]
