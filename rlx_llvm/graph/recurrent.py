@@ -82,12 +82,15 @@ def _dims(ins: list[Node], attrs: dict) -> tuple[int, int, int, int, int]:
     return b, s, i, h, d
 
 
-def _part_sizes(cell: str, b: int, s: int, h: int, d: int) -> dict[str, int]:
-    """f32 element offsets of y, h_n (and c_n) in the packed result, plus the total."""
+def _offsets(b: int, s: int, h: int, d: int) -> dict[str, int]:
+    """f32 element offsets of y, h_n and c_n in the packed result `y ‖ h_n ‖ c_n`."""
     y, state = b * s * d * h, d * b * h
-    offsets = {"y": 0, "h": y, "c": y + state}
-    offsets["total"] = y + state * len(STATES[cell])
-    return offsets
+    return {"y": 0, "h": y, "c": y + state}
+
+
+def _packed_elems(cell: str, b: int, s: int, h: int, d: int) -> int:
+    """f32 elements of the packed result: y and one `[D, batch, H]` block per carried state."""
+    return b * s * d * h + d * b * h * len(STATES[cell])
 
 
 @infers("recurrent")
@@ -95,7 +98,7 @@ def _infer_recurrent(ins: list[Node], attrs: dict) -> tuple:
     b, s, _, h, d = _dims(ins, attrs)
     if DYNAMIC in (b, s):
         return (DYNAMIC,), DType.F32
-    return (_part_sizes(attrs["cell"], b, s, h, d)["total"],), DType.F32
+    return (_packed_elems(attrs["cell"], b, s, h, d),), DType.F32
 
 
 @infers("recurrent_part")
@@ -112,7 +115,7 @@ def lower_recurrent(ctx: LowerContext, node: Node) -> None:
     x, w_ih, w_hh, *rest = node.inputs
     biases, given = rest[:BIASES[cell]], iter(rest[BIASES[cell]:])
     b, s, i, h, d = _dims([ctx.node(n) for n in node.inputs], attrs)
-    at_elem = _part_sizes(cell, b, s, h, d)
+    at_elem = _offsets(b, s, h, d)
     out = ctx.view(node.id)
     state_bytes = 4 * d * b * h
     slots = {}
@@ -142,4 +145,4 @@ def lower_recurrent_part(ctx: LowerContext, node: Node) -> None:
     """A view of one part of the packed result."""
     packed, x, w_hh = node.inputs
     (b, s, _), h = ctx.node(x).shape, ctx.node(w_hh).shape[1]
-    ctx.alias(node.id, packed, 4 * _part_sizes("lstm", b, s, h, node.attrs["directions"])[node.attrs["part"]])
+    ctx.alias(node.id, packed, 4 * _offsets(b, s, h, node.attrs["directions"])[node.attrs["part"]])
