@@ -1,4 +1,4 @@
-"""ONNX convolution, pooling and normalization: Conv, ConvTranspose, MaxPool, AveragePool, Global*Pool,
+"""ONNX convolution, pooling and normalization: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, Global*Pool,
 BatchNormalization (inference), InstanceNormalization, GroupNormalization, RMSNormalization,
 LpNormalization, MeanVarianceNormalization.
 
@@ -145,7 +145,7 @@ def _conv_transpose(cx: Convert, node) -> list:
 
 # ── pooling ─────────────────────────────────────────────────────────────────
 
-@converts("MaxPool", "AveragePool")
+@converts("MaxPool", "AveragePool", "LpPool")
 def _pool(cx: Convert, node) -> list:
     g = cx.g
     if len(node.output) > 1 and node.output[1]:
@@ -153,6 +153,9 @@ def _pool(cx: Convert, node) -> list:
     if int(cx.attr(node, "storage_order", 0)):
         raise Unsupported("storage_order=1")
     x0 = _float(cx, node)
+    lp = float(cx.attr(node, "p", 2))
+    if node.op_type == "LpPool":                      # (Σ |x|^p)^(1/p): a window sum of |x|^p
+        x0 = g.pow(g.activation("abs", x0), g.constant(lp))
     x, one_d = _as_2d(cx, x0, node.op_type)
     kernel = list(cx.attr(node, "kernel_shape"))
     strides, dil, pads = _spatial(cx, node, x0, kernel)
@@ -168,7 +171,9 @@ def _pool(cx: Convert, node) -> list:
     x, begin = _even_pads(cx, x, [(0, 0)] * lead + pads, -3.0e38 if node.op_type == "MaxPool" else 0.0)
     pool = g.max_pool2d if node.op_type == "MaxPool" else g.avg_pool2d
     y = _windowed(cx, pool(x, k2, s2, tuple(begin)), counts)
-    if node.op_type == "AveragePool":
+    if node.op_type == "LpPool":
+        y = g.pow(y * float(np.prod(kernel)), g.constant(1.0 / lp))
+    elif node.op_type == "AveragePool":
         include_pad = bool(cx.attr(node, "count_include_pad", 0))
         scale = _window_counts(kernel, strides, given, counts, sizes, include_pad)
         if not np.all(scale == 1.0):
