@@ -103,6 +103,17 @@ def _trig(cx: Convert, node) -> list:
     return [_inverse_and_hyperbolic(cx.g, node.op_type, _float(cx, node))]
 
 
+@converts("IsInf")
+def _isinf(cx: Convert, node) -> list:
+    g = cx.g
+    x = _float(cx, node)
+    hits = [g.cast(g.compare("eq", x, g.constant(np.array(sign * np.inf, np.float32), x.dtype)), "f32")
+            for sign, attr in ((1.0, "detect_positive"), (-1.0, "detect_negative")) if int(cx.attr(node, attr, 1))]
+    if not hits:
+        return [g.constant(np.zeros(x.shape, bool))]
+    return [g.compare("gt", hits[0] + hits[1] if len(hits) == 2 else hits[0], g.constant(0.5))]
+
+
 @converts("Gelu")
 def _gelu(cx: Convert, node) -> list:
     approx = cx.attr(node, "approximate", "none")
