@@ -3,9 +3,10 @@
 Attention: 3-D `[batch, seq, heads·dim]` or 4-D `[batch, heads, seq, dim]` operands (GQA by kv_num_heads),
 past_key/past_value concatenated into present_key/present_value, `is_causal`, boolean or additive
 `attn_mask` (broadcast to `[batch, heads, seq, kv]`, padded past its length as ONNX does).  Masks become
-one additive bias where a masked score is −1e30 rather than −inf, so a fully masked row averages every
-value (ONNX: zeros).  A causal mask without attn_mask runs as the thunk's own Causal kind when it is
-ONNX's (queries at the end of the keys: no cross-attention without past), else as a bias.  Refused by
+one additive bias where a masked score is −1e30 rather than −inf; the output rows of queries that see no
+key are then set to zero, as ONNX defines them (the thunk would average every value).  A causal mask
+without attn_mask runs as the thunk's own Causal kind when it is ONNX's (queries at the end of the keys:
+no cross-attention without past), else as a bias.  Refused by
 name: softcap, the qk_matmul_output output, nonpad_kv_seqlen, sliding windows (opset 25).
 
 RotaryEmbedding: ONNX's non-interleaved halves are the thunk's NeoX halves and interleaved its GPT-J
@@ -95,8 +96,18 @@ def _attention(cx: Convert, node) -> list:
         bias = _mask_bias(cx, node, kv) if cx.has(node, 3) else g.constant(np.zeros((s, kv), np.float32))
         if causal:
             bias = bias + g.constant(_causal_bias(s, kv, past))
-        y = g.attention(q, k, v, g.broadcast_to(bias, (b, heads, s, kv)), heads, head_dim, scale)
+        bias = g.broadcast_to(bias, (b, heads, s, kv))
+        y = _zero_masked_rows(cx, g.attention(q, k, v, bias, heads, head_dim, scale), bias)
     return [_to_4d(g, y, heads) if four_d else y, *presents]
+
+
+def _zero_masked_rows(cx: Convert, y: Value, bias: Value) -> Value:
+    """`y [b, s, heads·dv]` with the rows of queries that see no key set to 0, as ONNX defines them."""
+    g = cx.g
+    b, heads, s, _ = bias.shape
+    sees = g.cast(g.reduce(bias, "max", -1) > MASKED / 2, "f32")                   # [b, heads, s]
+    sees = g.reshape(g.transpose(sees, [0, 2, 1]), [b, s, heads, 1])
+    return g.reshape(g.reshape(y, [b, s, heads, y.shape[-1] // heads]) * sees, list(y.shape))
 
 
 @converts("RotaryEmbedding")

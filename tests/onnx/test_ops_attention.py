@@ -27,6 +27,8 @@ CASES = [
     (h.make_node("Attention", ["q4", "k4", "v4", "", "pk", "pv"], ["past_y", "past_k", "past_v"], is_causal=1), {}),
     (h.make_node("Attention", ["q4", "kx", "vx", "bool_mask"], ["bool_mask_y"]),
      {"bool_mask": (np.arange(KV)[None, :] < np.array([[4], [7]])).reshape(B, 1, 1, KV)}),
+    (h.make_node("Attention", ["q4", "kx", "vx", "row_mask"], ["fully_masked_rows_y"]),
+     {"row_mask": np.arange(S)[:, None] % 2 == np.zeros((1, KV), bool)}),
     (h.make_node("Attention", ["q4", "kx", "vx", "add_mask"], ["add_mask_y"], is_causal=1),
      {"add_mask": _f(1, H, S, KV)}),
     (h.make_node("Attention", ["q4", "kx", "vx"], ["cross_causal_y"], is_causal=1), {}),
