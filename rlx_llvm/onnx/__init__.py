@@ -27,6 +27,7 @@ class OnnxModel:
 
     def __init__(self, model: "str | Any", session: Session | None = None) -> None:
         self.proto = ops_models.prepare(model)
+        self.declared = ops_models.declared_inputs(self.proto)
         self.session = session or Session()
         init = {t.name for t in self.proto.graph.initializer}
         self.input_names = [i.name for i in self.proto.graph.input if i.name not in init]
@@ -45,7 +46,7 @@ class OnnxModel:
     def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Outputs for `feeds` (input name → array), in the model's output order."""
         arrays = {k: np.asarray(v) for k, v in feeds.items()}
-        ops_models.check_feeds(ops_models.declared_inputs(self.proto), arrays)
+        ops_models.check_feeds(self.declared, arrays)
         missing = [n for n in self.input_names if n not in arrays]
         if missing:
             raise OnnxImportError([f"run: missing input {n!r}" for n in missing])
