@@ -358,3 +358,29 @@ def _vector(cx: Convert, v: Value, h: int) -> Value:
     if int(np.prod(v.shape)) == 1:
         return cx.g.broadcast_to(cx.g.reshape(v, [1]), (h,))
     raise Unsupported(f"a per-channel tensor of shape {list(v.shape)} for {h} channels")
+
+
+@converts("Einsum")
+def _einsum(cx: Convert, node) -> list:
+    """Each operand laid out over all the equation's letters (broadcast 1s), multiplied, summed over the
+    letters the output drops — simple and O(all dims); repeated letters in one operand are refused."""
+    g = cx.g
+    eq = cx.attr(node, "equation").replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if "..." in eq or any(len(set(t)) != len(t) for t in terms):
+        raise Unsupported(f"equation {eq!r} (ellipsis or a repeated letter within one operand)")
+    xs = [_float(cx, node, i) for i in range(len(terms))]
+    if not arrow:                      # implicit output: the letters used once, alphabetically
+        out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
+    letters = list(out) + sorted(set(lhs) - set(out) - {","})
+    prod = None
+    for term, x in zip(terms, xs):
+        order = sorted(range(len(term)), key=lambda i: letters.index(term[i]))
+        if order != list(range(len(term))):
+            x = g.transpose(x, order)
+        dims = {term[i]: x.shape[k] for k, i in enumerate(order)}
+        x = g.reshape(x, [dims.get(c, 1) for c in letters])
+        prod = x if prod is None else prod * x
+    dropped = tuple(range(len(out), len(letters)))
+    return [g.reduce(prod, "sum", dropped) if dropped else prod]

@@ -153,3 +153,14 @@ def test_cli_runs_a_model(tmp_path, capsys):
     assert "y: [2, 3] float32" in out and "Softmax" in out
     np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), reference_run(m, {"x": x})[0], rtol=1e-6)
     assert main(["onnx", str(path), "--input", "x"]) == 2
+
+
+@pytest.mark.parametrize("eq, shapes", [("ij,jk->ik", [(2, 3), (3, 4)]), ("bij,bjk->bik", [(2, 2, 3), (2, 3, 4)]),
+                                        ("ij,kj", [(2, 3), (4, 3)]), ("i,i", [(5,), (5,)])])
+def test_einsum_matches_numpy(eq, shapes):
+    names = [f"x{i}" for i in range(len(shapes))]
+    m = model([h.make_node("Einsum", names, ["y"], equation=eq)],
+              [(n, TP.FLOAT, list(s)) for n, s in zip(names, shapes)], ["y"], opset=13)
+    xs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    y, = rl.onnx.run(m, dict(zip(names, xs)))
+    np.testing.assert_allclose(y, np.einsum(eq, *xs), rtol=1e-5, atol=1e-6)
