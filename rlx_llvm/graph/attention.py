@@ -99,16 +99,24 @@ def lower_attention(ctx: LowerContext, node: Node) -> None:
     """One Attention thunk over contiguous `[B, S, H·D]` rows (mask offset unused without a mask buffer)."""
     q, k, v = (ctx.node(i) for i in node.inputs[:3])
     h, d = node.attrs["heads"], node.attrs["head_dim"]
-    kv_heads = k.shape[2] // d
-    dv = v.shape[2] // kv_heads
+    (q_col, _, q_row), (k_col, k_width, k_row), (v_col, v_width, v_row) = (
+        strided_read(node, i, ctx.node(node.inputs[i])) for i in range(3))
+    kv_heads = k_width // d
+    dv = v_width // kv_heads
     iq, ik, iv = node.inputs[:3]
     im = node.inputs[3] if len(node.inputs) == 4 else None
     ctx.emit(lambda at: T.Attention(
-        q=at(iq), k=at(ik), v=at(iv), mask=0 if im is None else at(im), out=at(node.id), batch=q.shape[0],
-        seq=q.shape[1], kv_seq=k.shape[1], heads=h, kv_heads=kv_heads, head_dim=d, v_head_dim=dv,
-        mask_kind=node.attrs["mask_kind"], scale=node.attrs["scale"], softcap=0.0, q_row_stride=h * d,
-        k_row_stride=kv_heads * d, v_row_stride=kv_heads * dv, bhsd=False),
+        q=at(iq) + 4 * q_col, k=at(ik) + 4 * k_col, v=at(iv) + 4 * v_col, mask=0 if im is None else at(im),
+        out=at(node.id), batch=q.shape[0], seq=q.shape[1], kv_seq=k.shape[1], heads=h, kv_heads=kv_heads,
+        head_dim=d, v_head_dim=dv, mask_kind=node.attrs["mask_kind"], scale=node.attrs["scale"], softcap=0.0,
+        q_row_stride=q_row, k_row_stride=k_row, v_row_stride=v_row, bhsd=False),
         reads=list(node.inputs), writes=[node.id])
+
+
+def strided_read(node: Node, i: int, src: Node) -> tuple[int, int, int]:
+    """`(start column, width, row stride)` of input `i`: the whole rows, or the columns a `strided_reads`
+    fusion recorded when the input is a last-axis narrow read in place."""
+    return node.attrs.get("strided", {}).get(i, (0, src.shape[-1], src.shape[-1]))
 
 
 @infers("rope")
@@ -136,7 +144,8 @@ def lower_rope(ctx: LowerContext, node: Node) -> None:
     ix, ic, isin = node.inputs
     b, s, hidden = node.shape
     cos = ctx.node(ic)
-    ctx.emit(lambda at: T.Rope(src=at(ix), cos=at(ic), sin=at(isin), dst=at(node.id), batch=b, seq=s, hidden=hidden,
-                               head_dim=node.attrs["head_dim"], n_rot=node.attrs["n_rot"], cos_len=numel(cos.shape),
-                               cos_row_stride=cos.shape[1], src_row_stride=hidden,
+    col, _, row = strided_read(node, 0, ctx.node(ix))
+    ctx.emit(lambda at: T.Rope(src=at(ix) + 4 * col, cos=at(ic), sin=at(isin), dst=at(node.id), batch=b, seq=s,
+                               hidden=hidden, head_dim=node.attrs["head_dim"], n_rot=node.attrs["n_rot"],
+                               cos_len=numel(cos.shape), cos_row_stride=cos.shape[1], src_row_stride=row,
                                interleaved=node.attrs["interleaved"]), reads=[ix, ic, isin], writes=[node.id])

@@ -441,9 +441,46 @@ def fuse_bias_add(graph: GraphCore, log: FusionLog) -> GraphCore:
     return rw.finish()
 
 
+STRIDED_READERS = {"attention": (0, 1, 2), "rope": (0,)}
+
+
+def fuse_strided_reads(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """Attention's q/k/v and Rope's x that are last-axis `narrow`s of a `[B, S, W]` tensor (read by nothing
+    else) are read in place through the thunks' row strides — no Narrow copy (RLX's Narrow→Rope and
+    Narrow×3→Attention rewrites).  The reader records `strided[i] = (start column, width, source width)`."""
+    count = users(graph)
+    found: dict[int, dict] = {}
+    dead: set[int] = set()
+    for node in graph.nodes:
+        slots = STRIDED_READERS.get(node.op, ())
+        strided, inputs = {}, list(node.inputs)
+        for i in slots:
+            n = graph.nodes[node.inputs[i]]
+            src = graph.nodes[n.inputs[0]] if n.op == "narrow" else None
+            if src is not None and len(src.shape) == 3 and n.attrs["axis"] % 3 == 2 and count[n.id] == 1 \
+                    and n.id not in graph.outputs and n.id not in dead and src.dtype == n.dtype:
+                strided[i] = (n.attrs["start"], n.attrs["length"], src.shape[2])
+                inputs[i] = src.id
+                dead.add(n.id)
+        if strided:
+            found[node.id] = {"inputs": tuple(inputs), "strided": strided}
+    if not found:
+        return graph
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.id in found:
+            f = found[node.id]
+            rw.keep(node, inputs=f["inputs"], attrs={**node.attrs, "strided": f["strided"]})
+            log.add("strided_reads", f"%{node.source_id}: {node.op} reads {len(f['strided'])} narrow(s) in place "
+                                     f"by row stride")
+        elif node.id not in dead:
+            rw.keep(node)
+    return rw.finish()
+
+
 Pass = Callable[[GraphCore, FusionLog], GraphCore]
-PASSES: list[Pass] = [fuse_bert_layers, fuse_matmul_bias_act, fuse_transposed_matmul, fuse_sgd_momentum,
-                      fuse_regions, fuse_bias_add]
+PASSES: list[Pass] = [fuse_bert_layers, fuse_strided_reads, fuse_matmul_bias_act, fuse_transposed_matmul,
+                      fuse_sgd_momentum, fuse_regions, fuse_bias_add]
 
 
 def fuse(graph: GraphCore) -> tuple[GraphCore, FusionLog]:

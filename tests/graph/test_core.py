@@ -352,3 +352,21 @@ def test_shapes_share_one_arena_and_the_weights_are_written_once():
         z = x.astype(np.float64) @ w + np.arange(8)
         e = np.exp(z - z.max(1, keepdims=True))
         np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_narrowed_attention_and_rope_inputs_are_read_by_row_stride():
+    g = rl.Graph("strided")
+    H, heads = 16, 2
+    x = g.input("x", [2, 5, H])
+    keep = g.input("keep", [2, 5])
+    cos, sin = g.input("cos", [5, 4]), g.input("sin", [5, 4])
+    qkv = x @ g.param("w", [H, 3 * H], value=f32(H, 3 * H) * 0.3)
+    q, k, v = (g.narrow(qkv, 2, j * H, H) for j in range(3))
+    q = g.rope(q, cos, sin, head_dim=H // heads)
+    g.set_outputs([g.attention(q, k, v, keep, num_heads=heads, head_dim=H // heads) + x])
+    feeds = {"x": f32(2, 5, H), "keep": np.array([[1, 1, 1, 0, 0], [1] * 5], np.float32),
+             "cos": f32(5, 4), "sin": f32(5, 4)}
+    fused, plain = rl.Session().compile(g), rl.Session(fusion=False).compile(g)
+    np.testing.assert_allclose(fused.run(feeds)[0], plain.run(feeds)[0], rtol=1e-5, atol=1e-5)
+    assert "Narrow" not in kinds_of(fused) and "Narrow" in kinds_of(plain)
+    assert fused.report().count("strided_reads:") == 2
