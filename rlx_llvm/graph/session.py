@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..arena import Arena
+from ..dtypes import DType
 from ..program import Program, compile as compile_schedule
 from ..schedule import ThunkSchedule
 from .core import DYNAMIC, GraphCore, GraphError, Shape
@@ -154,6 +155,8 @@ class CompiledGraph:
         for name, i in self.graph.inputs.items():
             node = self.graph.nodes[i]
             arr = np.asarray(feeds[name])
+            if node.dtype == DType.BF16 and arr.dtype.name == "bfloat16":   # ml_dtypes.bfloat16: its bits
+                arr = arr.view(np.uint16)
             if arr.dtype != node.dtype.numpy and not (arr.dtype.kind == node.dtype.numpy.kind == "f"
                                                       and np.can_cast(arr.dtype, node.dtype.numpy)):
                 raise GraphError(f"run: input {name!r} has dtype {arr.dtype}, the graph declares "

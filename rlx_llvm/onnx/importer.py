@@ -279,7 +279,7 @@ def load(model: "str | Any", shapes: Mapping[str, Sequence[int]] | None = None, 
 
 
 def _model(model):
-    import onnx
-    if isinstance(model, onnx.ModelProto):
-        return model
-    return onnx.load(str(model))
+    """The ModelProto of a path or proto, read and checked (`ops_models.prepare`: clear errors for corrupt
+    files, cycles, initializers whose bytes disagree with their shape)."""
+    from .ops_models import prepare
+    return prepare(model)
