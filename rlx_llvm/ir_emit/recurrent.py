@@ -41,6 +41,28 @@ from .context import ArenaRef, EmitContext, ScratchRef, pointer
 from .gemm import ACCUMULATORS, blas_gemm
 from .toolkit import F32, I32, I64, PTR, carried_loop, copy_bytes, splat, splat_like, vector_registers, zero_bytes
 
+
+def exp_nonpositive(b: ir.IRBuilder, t: ir.Value) -> ir.Value:
+    """e^t for t ≤ 0 (NaN-free): flushed to e^−87 below −87, so 2^n comes straight from exponent bits."""
+    n, r = vm._exp_reduce(b, vm.maxnum(b, t, splat_like(t, -87.0)))
+    p = b.fadd(vm._expm1_poly(b, r), splat_like(t, 1.0))
+    return b.fmul(p, vm.pow2i(b, vm._to_int(b, n), F32))
+
+
+def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """σ(x) = e/(1+e) (x < 0) or 1/(1+e), e = e^−|x|; NaN → NaN; below ~1e−38 not denormal-exact."""
+    e = exp_nonpositive(b, b.fneg(vm.fabs(b, x)))
+    num = b.select(b.fcmp_ordered("<", x, splat_like(x, 0.0)), e, splat_like(x, 1.0))
+    return b.select(vm.is_nan(b, x), x, b.fdiv(num, b.fadd(splat_like(x, 1.0), e)))
+
+
+def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """tanh(x) = ±(1 − e)/(1 + e), e = e^−2|x| (absolute error ~1e−7 near 0, well inside the cell's tolerance)."""
+    e = exp_nonpositive(b, b.fmul(vm.fabs(b, x), splat_like(x, -2.0)))
+    one = splat_like(x, 1.0)
+    return b.select(vm.is_nan(b, x), x, vm.copysign(b, b.fdiv(b.fsub(one, e), b.fadd(one, e)), x))
+
+
 # step(b, zx, zh, h, c) → (h', c'): per gate, zx = x·W_ihᵀ + input-side bias and zh = h·W_hhᵀ (+ b_hh).
 Step = Callable[[ir.IRBuilder, list[ir.Value], list[ir.Value], ir.Value, ir.Value], tuple[ir.Value, ir.Value]]
 
@@ -49,16 +71,16 @@ def lstm_step(b: ir.IRBuilder, zx: list[ir.Value], zh: list[ir.Value], h: ir.Val
               ) -> tuple[ir.Value, ir.Value]:
     """Gates i, f, g, o: `c' = σ(f)·c + σ(i)·tanh(g)`, `h' = σ(o)·tanh(c')`."""
     i, f, g, o = (b.fadd(x, y) for x, y in zip(zx, zh))
-    c = b.fadd(b.fmul(vm.sigmoid(b, f), c), b.fmul(vm.sigmoid(b, i), vm.tanh(b, g)))
-    return b.fmul(vm.sigmoid(b, o), vm.tanh(b, c)), c
+    c = b.fadd(b.fmul(sigmoid(b, f), c), b.fmul(sigmoid(b, i), tanh(b, g)))
+    return b.fmul(sigmoid(b, o), tanh(b, c)), c
 
 
 def gru_step(b: ir.IRBuilder, zx: list[ir.Value], zh: list[ir.Value], h: ir.Value, c: ir.Value
              ) -> tuple[ir.Value, ir.Value]:
     """Gates r, z, n: `n = tanh(x_n + r·(W_hn h + b_hn))`, `h' = n + z·(h − n)`."""
-    r = vm.sigmoid(b, b.fadd(zx[0], zh[0]))
-    z = vm.sigmoid(b, b.fadd(zx[1], zh[1]))
-    n = vm.tanh(b, b.fadd(zx[2], b.fmul(r, zh[2])))
+    r = sigmoid(b, b.fadd(zx[0], zh[0]))
+    z = sigmoid(b, b.fadd(zx[1], zh[1]))
+    n = tanh(b, b.fadd(zx[2], b.fmul(r, zh[2])))
     return vm.fma(b, z, b.fsub(h, n), n), c
 
 
@@ -67,7 +89,7 @@ def rnn_step(relu: bool) -> Step:
     def step(b: ir.IRBuilder, zx: list[ir.Value], zh: list[ir.Value], h: ir.Value, c: ir.Value
              ) -> tuple[ir.Value, ir.Value]:
         z = b.fadd(zx[0], zh[0])
-        return (em.rust_max(b, z, splat_like(z, 0.0)) if relu else vm.tanh(b, z)), c
+        return (em.rust_max(b, z, splat_like(z, 0.0)) if relu else tanh(b, z)), c
     return step
 
 
