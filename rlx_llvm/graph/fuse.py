@@ -441,6 +441,73 @@ def fuse_bias_add(graph: GraphCore, log: FusionLog) -> GraphCore:
     return rw.finish()
 
 
+def _near(value: float | None, target: float) -> bool:
+    return value is not None and abs(value - target) <= 1e-6 * abs(target)
+
+
+def _only_reader(graph: GraphCore, count: dict[int, int], id: int) -> Node | None:
+    """The one node reading `id` (None when `id` has other readers or is an output)."""
+    if count[id] != 1 or id in graph.outputs:
+        return None
+    return next(n for n in graph.nodes if id in n.inputs)
+
+
+def _gelu_root(graph: GraphCore, count: dict[int, int], erf: Node) -> tuple[int, int, set[int]] | None:
+    """`(root, x, inner nodes)` when `erf` sits in `0.5·x·(1 + erf(x/√2))` (any association of the product)."""
+    scaled = graph.nodes[erf.inputs[0]]
+    pair = scaled.inputs if scaled.op == "binary" and count[scaled.id] == 1 else ()
+    x = None
+    for a, c in (pair, pair[::-1]) if pair else ():
+        k = _scalar_constant(graph, c)
+        if (scaled.attrs["op"] is BinaryOp.Div and c == pair[1] and _near(k, 2 ** 0.5)) or \
+                (scaled.attrs["op"] is BinaryOp.Mul and _near(k, 2 ** -0.5)):
+            x = a
+    one_plus = _only_reader(graph, count, erf.id)
+    if x is None or one_plus is None or one_plus.op != "binary" or one_plus.attrs["op"] is not BinaryOp.Add or \
+            not any(_near(_scalar_constant(graph, i), 1.0) for i in one_plus.inputs):
+        return None
+    inner = {scaled.id, erf.id, one_plus.id}
+    m1 = _only_reader(graph, count, one_plus.id)
+    if m1 is None or m1.op != "binary" or m1.attrs["op"] is not BinaryOp.Mul:
+        return None
+    other = m1.inputs[0] if m1.inputs[1] == one_plus.id else m1.inputs[1]
+    half = _scaled(graph, other)
+    if half and _near(half[0], 0.5) and half[1] == x and count[other] == 1:        # (0.5·x)·(1 + erf)
+        return m1.id, x, inner | {other}
+    m2 = _only_reader(graph, count, m1.id)
+    if m2 is None or _scaled(graph, m2.id) is None:
+        return None
+    k, rest = _scaled(graph, m2.id)
+    if rest == m1.id and _near(k, 0.5) and (other == x or _near(_scalar_constant(graph, other), 0.5)):
+        return m2.id, x, inner | {m1.id}                                            # (x·(1 + erf))·0.5
+    if rest == m1.id and other == x and _near(k, 0.5):
+        return m2.id, x, inner | {m1.id}
+    return None
+
+
+def fuse_erf_gelu(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """`0.5·x·(1 + erf(x/√2))` as exporters write it → one erf-form `gelu` activation."""
+    count = users(graph)
+    found: dict[int, int] = {}
+    dead: set[int] = set()
+    for node in graph.nodes:
+        if node.op == "activation" and node.attrs["act"] is Activation.Erf and node.dtype == DType.F32:
+            hit = _gelu_root(graph, count, node)
+            if hit and not (hit[2] & dead):
+                found[hit[0]] = hit[1]
+                dead |= hit[2]
+    if not found:
+        return graph
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.id in found:
+            rw.keep(node, op="activation", inputs=(found[node.id],), attrs={"act": Activation.Gelu})
+            log.add("erf_gelu", f"%{node.source_id}: 0.5·x·(1 + erf(x/√2)) → gelu")
+        elif node.id not in dead:
+            rw.keep(node)
+    return rw.finish()
+
+
 STRIDED_READERS = {"attention": (0, 1, 2), "rope": (0,)}
 
 
@@ -479,7 +546,7 @@ def fuse_strided_reads(graph: GraphCore, log: FusionLog) -> GraphCore:
 
 
 Pass = Callable[[GraphCore, FusionLog], GraphCore]
-PASSES: list[Pass] = [fuse_bert_layers, fuse_strided_reads, fuse_matmul_bias_act, fuse_transposed_matmul,
+PASSES: list[Pass] = [fuse_erf_gelu, fuse_bert_layers, fuse_strided_reads, fuse_matmul_bias_act, fuse_transposed_matmul,
                       fuse_sgd_momentum, fuse_regions, fuse_bias_add]
 
 

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import rlx_llvm as rl
 from rlx_llvm import thunks as T
+from rlx_llvm.ops import Activation
 from rlx_llvm.graph.lower import lower
 from rlx_llvm.graph.plan import plan
 from rlx_llvm.graph.specialize import specialize
@@ -370,3 +371,21 @@ def test_narrowed_attention_and_rope_inputs_are_read_by_row_stride():
     np.testing.assert_allclose(fused.run(feeds)[0], plain.run(feeds)[0], rtol=1e-5, atol=1e-5)
     assert "Narrow" not in kinds_of(fused) and "Narrow" in kinds_of(plain)
     assert fused.report().count("strided_reads:") == 2
+
+
+def test_exported_erf_gelu_becomes_one_gelu():
+    g = rl.Graph("gelu")
+    x, w, b = g.input("x", [4, 8]), g.input("w", [8, 8]), g.input("b", [8])
+    h = [x @ w + b for _ in range(3)]
+    forms = [h[0] * 0.5 * (1.0 + g.activation("erf", h[0] / 2 ** 0.5)),                  # torch's export
+             0.5 * h[1] * (g.activation("erf", h[1] * 2 ** -0.5) + 1.0),
+             h[2] * (1.0 + g.activation("erf", h[2] / 2 ** 0.5)) * 0.5]
+    g.set_outputs(forms)
+    cg = rl.Session().compile(g)
+    assert cg.report().count("erf_gelu:") == 3
+    assert kinds_of(cg) == ["FusedMmBiasAct"] * 3 and all(t.act is Activation.Gelu for t in cg.schedule.thunks)
+    v = {"x": f32(4, 8), "w": f32(8, 8), "b": f32(8)}
+    from scipy.special import erf
+    z = v["x"].astype(np.float64) @ v["w"] + v["b"]
+    for got in cg.run(v):
+        np.testing.assert_allclose(got, 0.5 * z * (1 + erf(z / np.sqrt(2))), rtol=1e-5, atol=1e-6)
