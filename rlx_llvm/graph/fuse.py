@@ -445,14 +445,24 @@ def _near(value: float | None, target: float) -> bool:
     return value is not None and abs(value - target) <= 1e-6 * abs(target)
 
 
-def _only_reader(graph: GraphCore, count: dict[int, int], id: int) -> Node | None:
+def readers(graph: GraphCore) -> dict[int, list[int]]:
+    """The ids of the nodes that read each node, in graph order."""
+    out: dict[int, list[int]] = {n.id: [] for n in graph.nodes}
+    for n in graph.nodes:
+        for i in dict.fromkeys(n.inputs):
+            out[i].append(n.id)
+    return out
+
+
+def _only_reader(graph: GraphCore, count: dict[int, int], reader: dict[int, list[int]], id: int) -> Node | None:
     """The one node reading `id` (None when `id` has other readers or is an output)."""
     if count[id] != 1 or id in graph.outputs:
         return None
-    return next(n for n in graph.nodes if id in n.inputs)
+    return graph.nodes[reader[id][0]]
 
 
-def _gelu_root(graph: GraphCore, count: dict[int, int], erf: Node) -> tuple[int, int, set[int]] | None:
+def _gelu_root(graph: GraphCore, count: dict[int, int], reader: dict[int, list[int]], erf: Node
+               ) -> tuple[int, int, set[int]] | None:
     """`(root, x, inner nodes)` when `erf` sits in `0.5·x·(1 + erf(x/√2))` (any association of the product)."""
     scaled = graph.nodes[erf.inputs[0]]
     pair = scaled.inputs if scaled.op == "binary" and count[scaled.id] == 1 else ()
@@ -462,37 +472,37 @@ def _gelu_root(graph: GraphCore, count: dict[int, int], erf: Node) -> tuple[int,
         if (scaled.attrs["op"] is BinaryOp.Div and c == pair[1] and _near(k, 2 ** 0.5)) or \
                 (scaled.attrs["op"] is BinaryOp.Mul and _near(k, 2 ** -0.5)):
             x = a
-    one_plus = _only_reader(graph, count, erf.id)
+    one_plus = _only_reader(graph, count, reader, erf.id)
     if x is None or one_plus is None or one_plus.op != "binary" or one_plus.attrs["op"] is not BinaryOp.Add or \
             not any(_near(_scalar_constant(graph, i), 1.0) for i in one_plus.inputs):
         return None
     inner = {scaled.id, erf.id, one_plus.id}
-    m1 = _only_reader(graph, count, one_plus.id)
+    m1 = _only_reader(graph, count, reader, one_plus.id)
     if m1 is None or m1.op != "binary" or m1.attrs["op"] is not BinaryOp.Mul:
         return None
     other = m1.inputs[0] if m1.inputs[1] == one_plus.id else m1.inputs[1]
     half = _scaled(graph, other)
     if half and _near(half[0], 0.5) and half[1] == x and count[other] == 1:        # (0.5·x)·(1 + erf)
         return m1.id, x, inner | {other}
-    m2 = _only_reader(graph, count, m1.id)
-    if m2 is None or _scaled(graph, m2.id) is None:
+    m2 = _only_reader(graph, count, reader, m1.id)
+    pair = _binary_pair(graph, m2.id, BinaryOp.Mul) if m2 is not None else None
+    if not pair or m1.id not in pair:
         return None
-    k, rest = _scaled(graph, m2.id)
-    if rest == m1.id and _near(k, 0.5) and (other == x or _near(_scalar_constant(graph, other), 0.5)):
-        return m2.id, x, inner | {m1.id}                                            # (x·(1 + erf))·0.5
-    if rest == m1.id and other == x and _near(k, 0.5):
-        return m2.id, x, inner | {m1.id}
+    last = pair[1] if pair[0] == m1.id else pair[0]
+    if (other == x and _near(_scalar_constant(graph, last), 0.5)) or \
+            (_near(_scalar_constant(graph, other), 0.5) and last == x):
+        return m2.id, x, inner | {m1.id}                            # (x·(1 + erf))·0.5 or ((1 + erf)·0.5)·x
     return None
 
 
 def fuse_erf_gelu(graph: GraphCore, log: FusionLog) -> GraphCore:
     """`0.5·x·(1 + erf(x/√2))` as exporters write it → one erf-form `gelu` activation."""
-    count = users(graph)
+    count, reader = users(graph), readers(graph)
     found: dict[int, int] = {}
     dead: set[int] = set()
     for node in graph.nodes:
         if node.op == "activation" and node.attrs["act"] is Activation.Erf and node.dtype == DType.F32:
-            hit = _gelu_root(graph, count, node)
+            hit = _gelu_root(graph, count, reader, node)
             if hit and not (hit[2] & dead):
                 found[hit[0]] = hit[1]
                 dead |= hit[2]

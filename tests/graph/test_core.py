@@ -376,16 +376,21 @@ def test_narrowed_attention_and_rope_inputs_are_read_by_row_stride():
 def test_exported_erf_gelu_becomes_one_gelu():
     g = rl.Graph("gelu")
     x, w, b = g.input("x", [4, 8]), g.input("w", [8, 8]), g.input("b", [8])
-    h = [x @ w + b for _ in range(3)]
+    h = [x @ w + b for _ in range(4)]
     forms = [h[0] * 0.5 * (1.0 + g.activation("erf", h[0] / 2 ** 0.5)),                  # torch's export
              0.5 * h[1] * (g.activation("erf", h[1] * 2 ** -0.5) + 1.0),
-             h[2] * (1.0 + g.activation("erf", h[2] / 2 ** 0.5)) * 0.5]
-    g.set_outputs(forms)
+             h[2] * (1.0 + g.activation("erf", h[2] / 2 ** 0.5)) * 0.5,
+             (1.0 + g.activation("erf", h[3] / 2 ** 0.5)) * 0.5 * h[3]]
+    near_miss = (1.0 + g.activation("erf", x / 2 ** 0.5)) * 0.5 * 0.5      # no factor x: not a GELU
+    g.set_outputs(forms + [near_miss])
     cg = rl.Session().compile(g)
-    assert cg.report().count("erf_gelu:") == 3
-    assert kinds_of(cg) == ["FusedMmBiasAct"] * 3 and all(t.act is Activation.Gelu for t in cg.schedule.thunks)
+    assert cg.report().count("erf_gelu:") == 4
+    fused = [t for t in cg.schedule.thunks if isinstance(t, T.FusedMmBiasAct)]
+    assert len(fused) == 4 and all(t.act is Activation.Gelu for t in fused)
     v = {"x": f32(4, 8), "w": f32(8, 8), "b": f32(8)}
     from scipy.special import erf
     z = v["x"].astype(np.float64) @ v["w"] + v["b"]
-    for got in cg.run(v):
-        np.testing.assert_allclose(got, 0.5 * z * (1 + erf(z / np.sqrt(2))), rtol=1e-5, atol=1e-6)
+    *got, miss = cg.run(v)
+    for y in got:
+        np.testing.assert_allclose(y, 0.5 * z * (1 + erf(z / np.sqrt(2))), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(miss, 0.25 * (1 + erf(v["x"] / np.sqrt(2))), rtol=1e-5, atol=1e-6)
