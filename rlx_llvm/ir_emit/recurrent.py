@@ -42,23 +42,16 @@ from .gemm import ACCUMULATORS, blas_gemm
 from .toolkit import F32, I32, I64, PTR, carried_loop, copy_bytes, splat, splat_like, vector_registers, zero_bytes
 
 
-def exp_nonpositive(b: ir.IRBuilder, t: ir.Value) -> ir.Value:
-    """e^t for t ≤ 0 (NaN-free): flushed to e^−87 below −87, so 2^n comes straight from exponent bits."""
-    n, r = vm._exp_reduce(b, vm.maxnum(b, t, splat_like(t, -87.0)))
-    p = b.fadd(vm._expm1_poly(b, r), splat_like(t, 1.0))
-    return b.fmul(p, vm.pow2i(b, vm._to_int(b, n), F32))
-
-
 def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """σ(x) = e/(1+e) (x < 0) or 1/(1+e), e = e^−|x|; NaN → NaN; below ~1e−38 not denormal-exact."""
-    e = exp_nonpositive(b, b.fneg(vm.fabs(b, x)))
+    e = vm.exp_nonpositive(b, b.fneg(vm.fabs(b, x)))
     num = b.select(b.fcmp_ordered("<", x, splat_like(x, 0.0)), e, splat_like(x, 1.0))
     return b.select(vm.is_nan(b, x), x, b.fdiv(num, b.fadd(splat_like(x, 1.0), e)))
 
 
 def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """tanh(x) = ±(1 − e)/(1 + e), e = e^−2|x| (absolute error ~1e−7 near 0, well inside the cell's tolerance)."""
-    e = exp_nonpositive(b, b.fmul(vm.fabs(b, x), splat_like(x, -2.0)))
+    e = vm.exp_nonpositive(b, b.fmul(vm.fabs(b, x), splat_like(x, -2.0)))
     one = splat_like(x, 1.0)
     return b.select(vm.is_nan(b, x), x, vm.copysign(b, b.fdiv(b.fsub(one, e), b.fadd(one, e)), x))
 

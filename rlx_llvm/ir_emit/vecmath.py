@@ -301,6 +301,14 @@ def exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.select(is_nan(b, x), x, ldexp(b, p, _to_int(b, n)))
 
 
+def exp_nonpositive(b: ir.IRBuilder, t: ir.Value) -> ir.Value:
+    """e^t for f32 t ≤ 0, NaN-free (callers screen NaN): flushed to e^−87 below −87, so 2^n comes straight
+    from the exponent bits — `exp` without its overflow, denormal and NaN paths (recurrent cells)."""
+    n, r = _exp_reduce(b, maxnum(b, t, splat_like(t, -87.0)))
+    p = b.fadd(_expm1_poly(b, r), splat_like(t, 1.0))
+    return b.fmul(p, pow2i(b, _to_int(b, n), F32))
+
+
 def _exp_with_tail(b: ir.IRBuilder, hi: ir.Value, c0: ir.Value, rest: ir.Value) -> ir.Value:
     """e^(hi + c0 + rest) for an exact hi ∈ [−110, 0] and |c0|, |rest| ≲ 3 (erfc: e^(−x²+g)).
 
