@@ -34,7 +34,7 @@ def main() -> None:
     g = encoder_graph(enc.config, pooling=enc.pooling)
     cg = rl.Session().compile(g)
     for name in g.params:
-        cg.set_param(name, enc._packed[name])
+        cg.set_param(name, enc.graph.params[name])
     print(f"# {common.cpu_model()} ({common.cpu_name()}), load {common.load_average()}, 1 thread")
     table = common.Table(["batch", "seq", "hand-built ms", "graph ms", "graph ÷ hand", "planned / peak", "planned / unshared"])
     rng = np.random.default_rng(0)

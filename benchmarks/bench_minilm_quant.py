@@ -128,7 +128,7 @@ def profile(encoders: dict, batch: int, seq: int, rounds: int) -> None:
     sched, _ = encoder_schedule(f32.config, f32.weights, batch, seq, f32.pooling, "f32")
     layer = next(t for t in sched.thunks if type(t).__name__ == "FusedBertLayer")
     print(f"  f32   FusedBertLayer     {thunk_ms(layer, f32._arena, rounds):8.3f} ms")
-    sgemm = {name: sgemm_ms(f32._packed[f"l0.{name}_w"], m, rounds) for name in LINEARS}
+    sgemm = {name: sgemm_ms(f32.graph.params[f"l0.{name}_w"], m, rounds) for name in LINEARS}
     for q in QUANTS[1:]:
         enc = encoders[q]
         enc.embed_tokens(ids, mask)  # the arena holds this shape's real activations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import threading
+from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -130,6 +131,11 @@ class CompiledGraph:
                 spec.arena.write(spec.plan.at(view), arrays[name])
             spec.program.run(spec.arena)
             return [self._read(spec, view, node_id) for view, node_id in zip(spec.lowered.outputs, spec.graph.outputs)]
+
+    @property
+    def params(self) -> Mapping[str, np.ndarray]:
+        """The parameter values set so far (read-only view; `set_param` to change one)."""
+        return MappingProxyType(self._params)
 
     def prepare(self, shapes: Mapping[str, Sequence[int]]) -> Program:
         """Compile (or fetch) the program for these input shapes without running it."""

@@ -104,12 +104,17 @@ class SentenceEncoder:
         calibration = self._token_rows(CALIBRATION_TEXTS, None) if self.awq else None
         packed = pack_weights(self.config, tensors, quant, calibration)
         self.weights = weight_layout(packed)
-        self._packed = packed
         self._graph = self._compile_graph(packed) if quant == "f32" else None
+        self._packed = packed if self._graph is None else {}   # the graph holds the f32 weights: not twice
         self._arena: Arena | None = None
         self._compiled: dict[tuple[int, int], _Compiled] = {}
         self.last_compile_ms = 0.0
         self._lock = threading.Lock()  # one arena: calls from several threads take turns
+
+    @property
+    def graph(self) -> "CompiledGraph | None":
+        """The compiled graph the f32 encoder runs (its `params`, `report()`, `plan()`); None when quantized."""
+        return self._graph
 
     @property
     def dim(self) -> int:

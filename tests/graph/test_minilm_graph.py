@@ -17,7 +17,7 @@ def built():
     g = encoder_graph(enc.config, pooling=enc.pooling)
     cg = rl.Session().compile(g)
     for name in g.params:
-        cg.set_param(name, enc._packed[name])
+        cg.set_param(name, enc.graph.params[name])
     return enc, cg
 
 
