@@ -18,6 +18,7 @@ from .ops import (Activation, AttentionBwdWrt, BinaryOp, ChainOperand, ChainStep
                   QuantScheme, ReduceOp, RngBackend, RngOptions, ScaledFormat, ScaleLayout, ScaleMode,
                   ScatterNdReduction, SteKind)
 from .kernels.threads import get_num_threads, set_num_threads
+from .limits import LimitError, set_max_memory
 from .graph import CompiledGraph, Graph, GraphError, Session, Value, grad
 from .program import Program, compile
 from .schedule import ThunkSchedule
@@ -27,7 +28,7 @@ __version__ = "0.1.0"
 __all__ = ["Arena", "Program", "ThunkSchedule", "compile", "coverage", "thunks", "ops",
            "Graph", "Session", "CompiledGraph", "Value", "GraphError", "grad",
            "set_num_threads", "get_num_threads", "register_custom_op", "unregister_custom_op", "registered_custom_ops",
-           "RlxError", "ValidationError", "UnsupportedThunkError", "ExecutionError",
+           "RlxError", "ValidationError", "UnsupportedThunkError", "ExecutionError", "LimitError", "set_max_memory",
            "DType", "LaneKind", "HalfKind", "Activation", "AttentionBwdWrt", "BinaryOp", "ChainOperand",
            "ChainStep", "CmpOp", "MaskKind", "QuantScheme", "ReduceOp", "RngBackend", "RngOptions",
            "ScaledFormat", "ScaleLayout", "ScaleMode", "ScatterNdReduction", "SteKind", "__version__"]

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from . import limits
 from .dtypes import DType
 from .errors import ValidationError
 
@@ -73,6 +74,7 @@ class Arena:
 
     def __init__(self, nbytes: int) -> None:
         nbytes = _natural("Arena", "nbytes", nbytes)
+        limits.check_bytes("Arena", nbytes, field="nbytes")
         raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
         start = (-raw.ctypes.data) % ALIGNMENT
         self._raw = raw

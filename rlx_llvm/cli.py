@@ -46,9 +46,20 @@ def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def _size(text: str) -> int:
+    """An argparse type: a memory size (see `limits.parse_size`)."""
+    from .limits import parse_size
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _read_input(path: str, what: str) -> bytes:
     """The bytes of an input file; a missing one is a UsageError, an unreadable one an RlxError."""
     from .errors import RlxError
+    from .limits import check_file
+    check_file(what, path)
     try:
         return Path(path).read_bytes()
     except FileNotFoundError:
@@ -65,7 +76,8 @@ def _load(path: str) -> "ThunkSchedule":
     try:
         return ThunkSchedule.from_json(text.decode())
     except (ValidationError, UnicodeDecodeError) as exc:
-        raise ValidationError(f"schedule file {path}: {exc}") from None
+        kind = type(exc) if isinstance(exc, ValidationError) else ValidationError
+        raise kind(f"schedule file {path}: {exc}") from None
 
 
 def _check_thunk_index(thunk: int | None, count: int) -> None:
@@ -79,6 +91,12 @@ def _initial_arena(path: str, nbytes: int) -> "Arena":
     """The arena a run starts from: the file's bytes, which must fill the schedule's arena exactly."""
     from .arena import Arena
     from .errors import ValidationError
+    from .limits import check_file
+    check_file("arena file", path)
+    size = os.stat(path).st_size if os.path.isfile(path) else None
+    if size is not None and size != nbytes:   # refused before a byte is read
+        raise ValidationError(f"arena file {path} has {size} bytes but the schedule's arena has {nbytes} "
+                              f"bytes; sizes must match")
     data = _read_input(path, "arena file")
     if len(data) != nbytes:
         raise ValidationError(f"arena file {path} has {len(data)} bytes but the schedule's arena has {nbytes} "
@@ -86,12 +104,17 @@ def _initial_arena(path: str, nbytes: int) -> "Arena":
     return Arena.from_bytes(data)
 
 
+def _cache_choice(args: argparse.Namespace) -> "bool | None":
+    """`--no-cache` turns the object cache off; without it the library's default holds (RLX_LLVM_CACHE)."""
+    return False if args.no_cache else None
+
+
 def cmd_ir(args: argparse.Namespace) -> int:
     """Print LLVM IR (as emitted or optimized) or assembly, whole or for one thunk."""
     from .program import compile
     sched = _load(args.schedule)
     _check_thunk_index(args.thunk, len(sched.thunks))
-    prog = compile(sched, cache=not args.no_cache)
+    prog = compile(sched, cache=_cache_choice(args))
     if args.asm:
         print(prog.asm(thunk=args.thunk))
     else:
@@ -102,7 +125,7 @@ def cmd_ir(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Print which path each thunk took, its symbol and compile timings."""
     from .program import compile
-    print(compile(_load(args.schedule), cache=not args.no_cache).report())
+    print(compile(_load(args.schedule), cache=_cache_choice(args)).report())
     return 0
 
 
@@ -113,7 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     sched = _load(args.schedule)
     arena = _initial_arena(args.arena, sched.arena_bytes) if args.arena else Arena(sched.arena_bytes)
     t0 = time.perf_counter()
-    prog = compile(sched, cache=not args.no_cache)
+    prog = compile(sched, cache=_cache_choice(args))
     compile_ms = (time.perf_counter() - t0) * 1e3
     times = []
     for _ in range(args.repeat):
@@ -256,6 +279,8 @@ def _onnx_text_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `rlx-llvm`."""
     p = _Parser(prog="rlx-llvm", description=__doc__)
+    p.add_argument("--max-memory", metavar="SIZE", type=_size, help="the most memory a schedule, arena or input "
+                   "file may ask for: bytes, 512M, 8G, 50%% (default: $RLX_LLVM_MAX_MEMORY, else 75%% of RAM)")
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_schedule(name: str, fn, help_: str) -> argparse.ArgumentParser:
@@ -326,10 +351,14 @@ def main(argv: list[str] | None = None) -> int:
     `rlx-llvm: error: …` and status 2 (the command line is wrong) or 1 (the work failed)."""
     try:
         args = build_parser().parse_args(argv)
+        if args.max_memory is not None:
+            from .limits import set_max_memory
+            set_max_memory(args.max_memory)
         return args.fn(args)
     except Exception as exc:  # noqa: BLE001 — a command-line tool reports, it does not trace back
+        from .limits import LimitError
         print(f"rlx-llvm: error: {_one_line(exc)}", file=sys.stderr)
-        return USAGE if isinstance(exc, (UsageError, FileNotFoundError)) else RUNTIME
+        return USAGE if isinstance(exc, (UsageError, FileNotFoundError, LimitError)) else RUNTIME
 
 
 if __name__ == "__main__":

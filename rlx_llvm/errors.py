@@ -25,7 +25,7 @@ class ValidationError(RlxError, ValueError):
 
     def at(self, index: int, kind: str) -> "ValidationError":
         """The same error, located at thunk `index` of kind `kind`."""
-        return ValidationError(self.bare_message, index=index, kind=kind, field=self.field)
+        return type(self)(self.bare_message, index=index, kind=kind, field=self.field)
 
 
 class UnsupportedThunkError(RlxError, NotImplementedError):

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from . import cache as object_cache
-from . import custom_ops, jit, registry
+from . import custom_ops, jit, limits, registry
 from .arena import ALIGNMENT, Arena
 from .cache import ObjectCache
 from .codegen import FallbackStep, ModuleBuilder, NativeStep, plan
@@ -47,6 +47,7 @@ def compile(schedule, *, opt_level: int = 3, cache: "bool | str | os.PathLike | 
     """
     if opt_level not in (0, 1, 2, 3):
         raise ValidationError(f"opt_level must be 0..3, got {opt_level!r}")
+    limits.check_schedule(schedule)
     store = object_cache.resolve_cache(cache)
     warm = object_cache.warm_lookup(store, schedule, opt_level) if store is not None else None
     if warm is None:
@@ -99,6 +100,7 @@ class Program:
         self._paths = [mb.paths.get(i, p) for i, p in enumerate(self._paths)]
         self.scratch_bytes: int = mb.scratch_bytes
         """Bytes of per-thread scratch the native code needs (allocated lazily per calling thread)."""
+        limits.check_bytes("the program's per-thread scratch", self.scratch_bytes)
         self._emit_ms = mb.emit_ms
         self._ir_text = custom_ops.link_ir_kernels(mb.module)
         self._timings = {"emit": (time.perf_counter() - t0) * 1e3}

@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 from typing import Any, Iterable
 
 from ._sumtype import from_jsonable, to_jsonable
+from . import limits
 from .errors import ValidationError
 from .ops import RngOptions
 from .thunks import Nop, Thunk
@@ -26,6 +28,7 @@ from .thunks import Nop, Thunk
 FORMAT = "rlx-llvm-schedule"
 VERSION = 1
 _FLOAT_KEYS = ("mask_threshold", "mask_neg_inf", "score_skip")
+_nesting = threading.local()  # how deep in nested schedules (Scan / CustomFn bodies) the decoder is
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +65,19 @@ class ThunkSchedule:
     @classmethod
     def from_jsonable(cls, data: Any) -> "ThunkSchedule":
         """Decode a schedule document; ValidationError names the thunk index and field at fault."""
+        depth = getattr(_nesting, "depth", 0)
+        if depth >= limits.MAX_NESTING:
+            raise limits.too_deep("a nested body (Scan / CustomFn)")
+        _nesting.depth = depth + 1
+        try:
+            return cls._decode(data)
+        except RecursionError:
+            raise limits.too_deep("the schedule document", None) from None
+        finally:
+            _nesting.depth = depth
+
+    @classmethod
+    def _decode(cls, data: Any) -> "ThunkSchedule":
         if not isinstance(data, dict):
             raise ValidationError(f"a schedule is a JSON object, got {type(data).__name__}")
         known = {"format", "version", "arena_bytes", "rng", "thunks", *_FLOAT_KEYS}
@@ -77,6 +93,7 @@ class ThunkSchedule:
         if not isinstance(arena_bytes, int) or isinstance(arena_bytes, bool) or arena_bytes < 0:
             raise ValidationError(f"arena_bytes must be a non-negative integer, got {arena_bytes!r}",
                                   field="arena_bytes")
+        limits.check_bytes("the schedule's arena", arena_bytes, field="arena_bytes")
         consts = {}
         for key in _FLOAT_KEYS:
             if key in data:
@@ -89,6 +106,7 @@ class ThunkSchedule:
         items = data.get("thunks")
         if not isinstance(items, list):
             raise ValidationError(f"thunks must be a list, got {type(items).__name__}", field="thunks")
+        limits.check_thunks(len(items))
         return cls(_decode_thunks(items), arena_bytes=arena_bytes, **consts)
 
     @classmethod
@@ -98,6 +116,8 @@ class ThunkSchedule:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValidationError(f"not valid JSON: {exc}") from None
+        except RecursionError:
+            raise limits.too_deep("the JSON document", None) from None
         return cls.from_jsonable(data)
 
     def save(self, path: str | os.PathLike) -> None:

@@ -26,6 +26,7 @@ from typing import Annotated, Any, ClassVar, Iterable, NamedTuple
 
 from .._sumtype import SumType, from_jsonable, to_jsonable
 from ..errors import ValidationError
+from ..limits import LimitError
 
 USIZE_MAX = 2**64 - 1
 """`usize::MAX`: an offset with this value means "no buffer" (semantics.md §1)."""
@@ -410,6 +411,8 @@ def _decode(raw: Any, hint: Any, kind: str, field: str) -> Any:
                 raise TypeError('bytes are written as {"base64": "..."}')
             return base64.b64decode(raw["base64"], validate=True)
         return from_jsonable(hint, raw)
+    except LimitError:
+        raise  # once, not once per level of nesting
     except ValidationError as exc:
         raise ValidationError(f"in nested schedule: {exc}", kind=kind, field=field) from None
     except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
