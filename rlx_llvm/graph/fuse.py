@@ -555,9 +555,15 @@ def fuse_strided_reads(graph: GraphCore, log: FusionLog) -> GraphCore:
     return rw.finish()
 
 
+def fuse_exported(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """The patterns ONNX exporters write (graph/fuse_exported.py; imported here, as it builds on this module)."""
+    from .fuse_exported import fuse_exported_patterns
+    return fuse_exported_patterns(graph, log)
+
+
 Pass = Callable[[GraphCore, FusionLog], GraphCore]
-PASSES: list[Pass] = [fuse_erf_gelu, fuse_bert_layers, fuse_strided_reads, fuse_matmul_bias_act, fuse_transposed_matmul,
-                      fuse_sgd_momentum, fuse_regions, fuse_bias_add]
+PASSES: list[Pass] = [fuse_erf_gelu, fuse_exported, fuse_bert_layers, fuse_strided_reads, fuse_matmul_bias_act,
+                      fuse_transposed_matmul, fuse_sgd_momentum, fuse_regions, fuse_bias_add]
 
 
 def fuse(graph: GraphCore) -> tuple[GraphCore, FusionLog]:
