@@ -561,8 +561,14 @@ def fuse_exported(graph: GraphCore, log: FusionLog) -> GraphCore:
     return fuse_exported_patterns(graph, log)
 
 
+def fuse_conv(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """Narrow-output conv2d + bias + activation → Im2Col + FusedMmBiasAct (graph/fuse_conv.py)."""
+    from .fuse_conv import fuse_conv_bias_act
+    return fuse_conv_bias_act(graph, log)
+
+
 Pass = Callable[[GraphCore, FusionLog], GraphCore]
-PASSES: list[Pass] = [fuse_erf_gelu, fuse_exported, fuse_bert_layers, fuse_strided_reads, fuse_matmul_bias_act,
+PASSES: list[Pass] = [fuse_conv, fuse_erf_gelu, fuse_exported, fuse_bert_layers, fuse_strided_reads, fuse_matmul_bias_act,
                       fuse_transposed_matmul, fuse_sgd_momentum, fuse_regions, fuse_bias_add]
 
 

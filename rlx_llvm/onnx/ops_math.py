@@ -65,7 +65,17 @@ def _bitwise(cx: Convert, node) -> list:
 
 @converts(*BINARY)
 def _binary(cx: Convert, node) -> list:
-    return [arithmetic(cx, BINARY[node.op_type], cx.tensor(node.input[0]), cx.tensor(node.input[1]))]
+    a = cx.tensor(node.input[0])
+    if node.op_type == "Pow" and _is_square(cx, a, node.input[1]):
+        return [cx.g.mul(a, a)]                # x² as a product: no exp/log per element (STFT magnitudes)
+    return [arithmetic(cx, BINARY[node.op_type], a, cx.tensor(node.input[1]))]
+
+
+def _is_square(cx: Convert, a: Value, exponent: str) -> bool:
+    """True when `exponent` is a constant 2 that does not broadcast `a` (a float tensor, not f64)."""
+    e = cx.const(exponent)
+    return (e is not None and np.size(e) == 1 and np.ndim(e) <= a.ndim and float(np.asarray(e).reshape(-1)[0]) == 2.0
+            and a.dtype.is_float and a.dtype != DType.F64)
 
 
 @converts("Max", "Min", "Sum", "Mean")

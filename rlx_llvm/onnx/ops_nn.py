@@ -80,9 +80,18 @@ def _out_count(size: int, k: int, s: int, d: int, pad: tuple[int, int], ceil: bo
 
 # ── convolution ─────────────────────────────────────────────────────────────
 
+def _baked(cx: Convert, node, i: int) -> Value:
+    """Input `i` (a weight or bias) as a baked constant when known at import time — the graph passes can then
+    repack it once (graph/fuse_conv.py) — else as the graph value it is."""
+    value = cx.const(node.input[i])
+    if value is None or np.asarray(value).dtype != np.float32:
+        return _float(cx, node, i)
+    return cx.g.constant(np.asarray(value))
+
+
 def _operands(cx: Convert, node) -> tuple[Value, Value, Value, Value, bool]:
     """Input and weight as given and as NCHW, and whether the op is 1-D."""
-    x0, w0 = _float(cx, node, 0), _float(cx, node, 1)
+    x0, w0 = _float(cx, node, 0), _baked(cx, node, 1)
     x, one_d = _as_2d(cx, x0, node.op_type)
     return x0, w0, x, _as_2d(cx, w0, node.op_type)[0], one_d
 
@@ -101,7 +110,7 @@ def _conv(cx: Convert, node) -> list:
                  groups=int(cx.attr(node, "group", 1)))
     y = _windowed(cx, y, counts)
     if cx.has(node, 2):
-        y = y + g.reshape(_float(cx, node, 2), [y.shape[1], 1, 1])
+        y = y + g.reshape(_baked(cx, node, 2), [y.shape[1], 1, 1])
     return [g.reshape(y, [*y.shape[:2], y.shape[3]]) if one_d else y]
 
 
