@@ -60,11 +60,24 @@ class Specialization:
     schedule: ThunkSchedule
     program: Program
     storage: "Storage"
+    _io: tuple = dataclasses.field(default=(None, [], []), repr=False)
 
     @property
     def arena(self) -> Arena:
         """The arena this specialization runs on (shared with the others of the same pinned layout)."""
         return self.storage.arena
+
+    def io(self) -> tuple[list[tuple[str, np.ndarray]], list[np.ndarray]]:
+        """Typed arena views of the inputs (name, view) and of the outputs, made once per arena (it may grow)."""
+        arena = self.storage.arena
+        if self._io[0] is not arena:
+            def typed(view, node_id: int) -> np.ndarray:
+                node = self.graph.nodes[node_id]
+                return arena.view(self.plan.at(view), node.dtype.numpy, node.shape)
+            inputs = [(name, typed(view, self.graph.inputs[name])) for name, view in self.lowered.inputs.items()]
+            outputs = [typed(view, node_id) for view, node_id in zip(self.lowered.outputs, self.graph.outputs)]
+            self._io = (arena, inputs, outputs)
+        return self._io[1], self._io[2]
 
 
 @dataclasses.dataclass
@@ -127,10 +140,11 @@ class CompiledGraph:
         with self._lock:
             spec = self._specialization(shapes)
             self._write_params(spec)
-            for name, view in spec.lowered.inputs.items():
-                spec.arena.write(spec.plan.at(view), arrays[name])
+            inputs, outputs = spec.io()
+            for name, typed in inputs:
+                typed[...] = arrays[name]
             spec.program.run(spec.arena)
-            return [self._read(spec, view, node_id) for view, node_id in zip(spec.lowered.outputs, spec.graph.outputs)]
+            return [typed.copy() for typed in outputs]
 
     @property
     def params(self) -> Mapping[str, np.ndarray]:
@@ -157,10 +171,6 @@ class CompiledGraph:
     def arena_bytes(self) -> int:
         """Bytes of the arenas the compiled shapes run on (params, constants, the largest activations)."""
         return sum(storage.arena.nbytes for storage in self._storages)
-
-    def _read(self, spec: Specialization, view, node_id: int) -> np.ndarray:
-        node = spec.graph.nodes[node_id]
-        return spec.arena.read(spec.plan.at(view), node.dtype.numpy, node.shape).copy()
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         missing = [n for n in self.graph.inputs if n not in feeds]
