@@ -15,6 +15,10 @@ masked score is then min + s = min, whose exp underflows to 0 beside any kept ke
 all masked is uniform — as the Custom mask's −1e9 overwrite makes it.  With NEG = −10⁴ (older exporters) a
 fully masked row differs (ONNX Runtime softmaxes the unmasked scores; we average V uniformly); see
 docs/onnx.md.  After the passes, the mask arithmetic no attention reads any more is dropped.
+
+LayerNorm decomposed (what opsets before 17 get) becomes one `layer_norm` node:
+
+    d = x − mean(x, −1);  out = d / sqrt(mean(d·d or d², −1) + eps) · γ + β      (γ, β: [E])
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import dataclasses
 from typing import Callable
 
 from ..dtypes import DType
-from ..ops import BinaryOp, MaskKind
+from ..ops import Activation, BinaryOp, MaskKind, ReduceOp
 from .core import GraphCore, Node
 from .fuse import FusionLog, Rewriter, _binary_pair, _scalar_constant, users
 
@@ -205,8 +209,89 @@ def drop_unread(graph: GraphCore) -> GraphCore:
     return rw.finish()
 
 
+def _row_mean(w: Walk, id: int) -> Node | None:
+    """Node `id` if it is a private mean over the last axis that keeps it (`[…, 1]`)."""
+    n = w.private(id, "reduce")
+    last = len(n.shape) - 1 if n is not None else -1
+    return n if n is not None and n.attrs["op"] is ReduceOp.Mean and n.attrs["axes"] == (last,) \
+        and n.attrs["keep_dim"] else None
+
+
+def _affine(g: GraphCore, id: int, op: BinaryOp) -> tuple[int, int] | None:
+    """`(x, p)` when node `id` is `x <op> p` (either order) with `p` a `[E]` vector of x's last dim E."""
+    pair = _binary_pair(g, id, op)
+    for x, p in (pair, pair[::-1]) if pair else ():
+        if g.nodes[p].shape == g.nodes[id].shape[-1:] and g.nodes[x].shape == g.nodes[id].shape:
+            return x, p
+    return None
+
+
+def _plus_constant(g: GraphCore, id: int) -> tuple[int, float] | None:
+    """`(x, c)` when node `id` is `x + c` (either order) with `c` a scalar constant."""
+    pair = _binary_pair(g, id, BinaryOp.Add)
+    for x, c in (pair, pair[::-1]) if pair else ():
+        if _scalar_constant(g, c) is not None:
+            return x, _scalar_constant(g, c)
+    return None
+
+
+def _squared(g: GraphCore, id: int) -> int | None:
+    """`d` when node `id` is `d·d` or `d²` (Pow by the constant 2)."""
+    mul = _binary_pair(g, id, BinaryOp.Mul)
+    if mul and mul[0] == mul[1]:
+        return mul[0]
+    pow_ = _binary_pair(g, id, BinaryOp.Pow)
+    return pow_[0] if pow_ and _scalar_constant(g, pow_[1]) == 2.0 else None
+
+
+def match_decomposed_layer_norm(g: GraphCore, root: Node, count: dict[int, int]) -> dict | None:
+    """The decomposed LayerNorm ending at the `+ β` node `root` (module docstring), or None."""
+    w = Walk(g, count)
+    shifted = _affine(g, root.id, BinaryOp.Add)                                   # (n·γ, β)
+    scaled = _affine(g, shifted[0], BinaryOp.Mul) if shifted and w.private(shifted[0], "binary") else None
+    ratio = _binary_pair(g, scaled[0], BinaryOp.Div) if scaled and w.private(scaled[0], "binary") else None
+    sqrt = w.private(ratio[1], "activation") if ratio else None                  # n = d / sqrt(var + eps)
+    if sqrt is None or sqrt.attrs["act"] is not Activation.Sqrt:
+        return None
+    plus = _plus_constant(g, sqrt.inputs[0]) if w.private(sqrt.inputs[0], "binary") else None
+    var = _row_mean(w, plus[0]) if plus and plus[1] >= 0 else None
+    square = w.private(var.inputs[0], "binary") if var is not None else None
+    d = ratio[0]
+    diff = _binary_pair(g, d, BinaryOp.Sub)
+    if square is None or _squared(g, square.id) != d or not diff or d in g.outputs \
+            or count[d] != 1 + square.inputs.count(d):
+        return None
+    mean = _row_mean(w, diff[1])
+    if mean is None or mean.inputs[0] != diff[0]:
+        return None
+    return {"inputs": (diff[0], scaled[1], shifted[1]), "eps": plus[1], "inner": w.inner | {d}}
+
+
+def fuse_decomposed_layer_norm(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """LayerNorm written as mean, difference, variance, sqrt, divide, ·γ + β → one `layer_norm` node."""
+    count = users(graph)
+    found: dict[int, dict] = {}
+    for node in graph.nodes:
+        hit = match_decomposed_layer_norm(graph, node, count)
+        if hit:
+            found[node.id] = hit
+    if not found:
+        return graph
+    dead = set().union(*[h["inner"] for h in found.values()])
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.id in found:
+            hit = found[node.id]
+            rw.keep(node, op="layer_norm", inputs=hit["inputs"], attrs={"eps": hit["eps"]})
+            log.add("exported_layer_norm", f"%{node.source_id}: {len(hit['inner']) + 1} nodes of a decomposed "
+                                           f"LayerNorm → LayerNorm (eps {hit['eps']:g})")
+        elif node.id not in dead:
+            rw.keep(node)
+    return rw.finish()
+
+
 ExportedPass = Callable[[GraphCore, FusionLog], GraphCore]
-EXPORTED_PASSES: list[ExportedPass] = [fuse_head_split_attention]
+EXPORTED_PASSES: list[ExportedPass] = [fuse_decomposed_layer_norm, fuse_head_split_attention]
 
 
 def fuse_exported_patterns(graph: GraphCore, log: FusionLog) -> GraphCore:

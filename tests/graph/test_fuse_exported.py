@@ -1,6 +1,7 @@
 """The exported-pattern fusions (rlx_llvm.graph.fuse_exported): head-split attention as ONNX exporters
-write it becomes one Attention thunk — on hand-built graphs in the exporters' variants, with near misses
-that must stay unfused, and on the packaged MiniLM export against ONNX Runtime."""
+write it becomes one Attention thunk, and a decomposed LayerNorm one LayerNorm — on hand-built graphs in
+the exporters' variants, with near misses that must stay unfused, and on the packaged MiniLM export against
+ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
@@ -129,6 +130,50 @@ def test_the_mask_arithmetic_no_attention_reads_is_dropped():
     w = weights()
     _, kinds, report = run(exported_graph(w), w, keep_mask(False))
     assert kinds == ["FusedMmBiasAct"] * 3 + ["CastGeneric", "Attention"], report   # the i64 mask cast, no Sub/Mul
+
+
+def decomposed_layer_norm(*, square: str = "mul", eps: float = 1e-12, gamma_first: bool = False,
+                          d_out: bool = False) -> tuple[rl.Graph, dict]:
+    """LayerNorm as opsets before 17 export it, over `[B, S, E]`; also its params."""
+    rng = np.random.default_rng(2)
+    vals = {"gamma": rng.standard_normal(E).astype(np.float32), "beta": rng.standard_normal(E).astype(np.float32)}
+    g = rl.Graph("ln")
+    x = g.input("x", [B, S, E])
+    gamma, beta = (g.param(n, [E], value=v) for n, v in vals.items())
+    d = x - g.mean(x, -1, keep_dim=True)
+    sq = d * d if square == "mul" else g.pow(d, g.constant(2.0 if square == "pow2" else 4.0))
+    n = d / g.sqrt(g.mean(sq, -1, keep_dim=True) + eps)
+    y = (gamma * n if gamma_first else n * gamma) + beta
+    g.set_outputs([y, d] if d_out else [y])
+    return g, vals
+
+
+def layer_norm_reference(x: np.ndarray, vals: dict, eps: float, power: int = 2) -> np.ndarray:
+    """The decomposed arithmetic in f64."""
+    d = x.astype(np.float64) - x.mean(-1, keepdims=True)
+    return d / np.sqrt((d ** power).mean(-1, keepdims=True) + eps) * vals["gamma"] + vals["beta"]
+
+
+LAYER_NORMS = {
+    "d·d": (dict(), True),
+    "Pow(d, 2), γ first, eps 1e-5": (dict(square="pow2", gamma_first=True, eps=1e-5), True),
+    "Pow(d, 4) (not a variance)": (dict(square="pow4"), False),
+    "d also an output": (dict(d_out=True), False),
+}
+
+
+@pytest.mark.parametrize("case", LAYER_NORMS)
+def test_decomposed_layer_norm_becomes_one_layer_norm(case):
+    kw, fuses = LAYER_NORMS[case]
+    g, vals = decomposed_layer_norm(**kw)
+    x = np.random.default_rng(3).standard_normal((B, S, E)).astype(np.float32) * 3 + 1
+    cg = rl.Session().compile(g)
+    got = cg.run({"x": x})[0]
+    kinds = [type(t).__name__ for t in cg.schedule.thunks]
+    assert (kinds == ["LayerNorm"]) == fuses, cg.report()
+    assert ("exported_layer_norm:" in cg.report()) == fuses
+    want = layer_norm_reference(x, vals, kw.get("eps", 1e-12), 4 if kw.get("square") == "pow4" else 2)
+    assert_close(got, want.astype(np.float32), rtol=1e-4, atol=1e-4, what=case)
 
 
 def test_packaged_minilm_runs_fused_and_matches_onnxruntime():
