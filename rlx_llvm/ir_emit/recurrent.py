@@ -25,7 +25,7 @@ With `carry`, `h0` (`c0`) `[L·D, batch, H]` seed the state and receive the fina
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import Callable, ClassVar, NamedTuple
 
 from llvmlite import ir
 
@@ -192,12 +192,10 @@ class StepTile(Shaped):
             return out
 
         acc = carried_loop(ctx, 0, hidden, 1, [zero] * (self.rows * g_count * nv), k_step, name="k")
-        for r in range(self.rows):
-            for v in range(nv):
-                j = b.add(j0, I64(v * w))
-                update_units(ctx, self.cell, w, [acc[(r * g_count + g) * nv + v] for g in range(g_count)],
-                             Units(proj, bias, h_prev, h_next, c, hidden, hp), at(b.mul(I64(r), proj_row), j),
-                             at(b.mul(I64(r), hp), j), j)
+        units = [Unit(at(b.mul(I64(r), proj_row), j), at(b.mul(I64(r), hp), j), j)
+                 for r in range(self.rows) for j in (b.add(j0, I64(v * w)) for v in range(nv))]
+        zh = [[acc[(r * g_count + g) * nv + v] for r in range(self.rows) for v in range(nv)] for g in range(g_count)]
+        update_units(ctx, self.cell, w, zh, Units(proj, bias, h_prev, h_next, c, hidden, hp), units)
 
 
 @dataclass(frozen=True)
@@ -214,26 +212,56 @@ class Units:
     hp: ir.Value
 
 
-def update_units(ctx: EmitContext, cell: Cell, w: int, zh: list[ir.Value], at: Units, proj: ir.Value,
-                 state: ir.Value, j: ir.Value) -> None:
-    """The cell for `w` hidden units from `j`: zh = h·W_hhᵀ per gate, proj element `proj` (+ g·hidden) and
-    state element `state` of the units; writes h' (and c')."""
+class Unit(NamedTuple):
+    """W hidden units of one batch row: their projection element (gate 0), state element and first unit."""
+
+    proj: ir.Value
+    state: ir.Value
+    j: ir.Value
+
+
+def update_units(ctx: EmitContext, cell: Cell, w: int, zh: list[list[ir.Value]], at: Units, units: list[Unit]) -> None:
+    """The cell for every group in `units` at once: zh[g][u] = h·W_hhᵀ of gate g for group u.  The groups'
+    vectors are joined into one wide vector per gate, so each step of σ/tanh is one IR operation that
+    LLVM splits into independent register operations side by side (the groups' latency chains overlap
+    instead of queuing one after another); writes h' (and c')."""
     b, g_count = ctx.b, cell.gates
-    zero = ir.Constant(ir.VectorType(F32, w), None)
+    load = lambda index, base: join(b, [ctx.load(0, F32, index(u), w, base=base) for u in units])  # noqa: E731
     zx, hw = [], []
     for g in range(g_count):
-        x = ctx.load(0, F32, b.add(proj, b.mul(I64(g), at.hidden)), w, base=at.proj)
-        zx.append(b.fadd(x, ctx.load(0, F32, b.add(b.mul(I64(g), at.hp), j), w, base=at.bias)))
+        x = load(lambda u: b.add(u.proj, b.mul(I64(g), at.hidden)), at.proj)
+        zx.append(b.fadd(x, load(lambda u: b.add(b.mul(I64(g), at.hp), u.j), at.bias)))
+        hw.append(join(b, zh[g]))
         if cell.hidden_bias:
-            hw.append(b.fadd(zh[g], ctx.load(0, F32, b.add(b.mul(I64(g_count + g), at.hp), j), w, base=at.bias)))
-        else:
-            hw.append(zh[g])
-    h_old = ctx.load(0, F32, state, w, base=at.h_prev) if cell.reads_h else zero
-    c_old = ctx.load(0, F32, state, w, base=at.c) if cell.has_c else zero
+            hw[g] = b.fadd(hw[g], load(lambda u: b.add(b.mul(I64(g_count + g), at.hp), u.j), at.bias))
+    zero = ir.Constant(ir.VectorType(F32, w * len(units)), None)
+    h_old = load(lambda u: u.state, at.h_prev) if cell.reads_h else zero
+    c_old = load(lambda u: u.state, at.c) if cell.has_c else zero
     h_new, c_new = cell.step(b, zx, hw, h_old, c_old)
-    ctx.store(0, h_new, state, base=at.h_next)
+    for u, h in zip(units, parts(b, h_new, w)):
+        ctx.store(0, h, u.state, base=at.h_next)
     if cell.has_c:
-        ctx.store(0, c_new, state, base=at.c)
+        for u, c in zip(units, parts(b, c_new, w)):
+            ctx.store(0, c, u.state, base=at.c)
+
+
+def join(b: ir.IRBuilder, vectors: list[ir.Value]) -> ir.Value:
+    """One vector of the lanes of `vectors` (all of one width), in order."""
+    out, w = vectors[0], vectors[0].type.count
+    for v in vectors[1:]:
+        n = out.type.count
+        if n > w:  # shufflevector takes operands of one width: pad v with undefined lanes
+            v = b.shuffle_vector(v, ir.Constant(v.type, None), ir.Constant(ir.VectorType(I32, n), list(range(w)) + [w] * (n - w)))
+        out = b.shuffle_vector(out, v, ir.Constant(ir.VectorType(I32, n + w), list(range(n + w))))
+    return out
+
+
+def parts(b: ir.IRBuilder, wide: ir.Value, w: int) -> list[ir.Value]:
+    """`wide` cut into vectors of `w` lanes."""
+    if wide.type.count == w:
+        return [wide]
+    return [b.shuffle_vector(wide, ir.Constant(wide.type, None), ir.Constant(ir.VectorType(I32, w), list(range(i, i + w))))
+            for i in range(0, wide.type.count, w)]
 
 
 def _sum(b: ir.IRBuilder, terms) -> ir.Value:
@@ -405,6 +433,7 @@ class Direction:
         # odd steps walk the panels backwards (the last ones read are still in L2: see `gemv`)
         with ctx.for_range(0, self.panels, name="panel") as i:
             p = self.serpentine(s, i, self.panels, 1)
+            self.prefetch_proj(s, i, time)
             wh = self.ptr("wh", b.mul(p, b.mul(self.gh, I64(self.panel))))
             for start, stop, rows in runs:
                 tile = StepTile(shape.cell, shape.w, rows, shape.vectors).function(ctx)
@@ -415,6 +444,21 @@ class Direction:
                                   self.ptr("bias"), a["hidden"], self.hp, b.mul(seq, a["proj_row"]),
                                   b.mul(p, I64(self.panel))])
         self.copy_out(time, new)
+
+    def prefetch_proj(self, s: ir.Value, i: ir.Value, time: ir.Value) -> None:
+        """Hint the projection of the next panel (in this step's walk) into L1 for every batch row and gate:
+        the rows of one step lie `seq·proj_row` apart, too far apart for the hardware prefetchers."""
+        ctx, b, a = self.ctx, self.ctx.b, self.a
+        nxt = b.add(i, I64(1))
+        nxt = self.serpentine(s, b.select(b.icmp_unsigned("<", nxt, self.panels), nxt, i), self.panels, 1)
+        fn = ctx.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        with ctx.for_range(0, a["batch"], name="pf") as r:
+            row = b.add(b.mul(b.add(b.mul(r, a["seq"]), time), a["proj_row"]), b.mul(nxt, I64(self.panel)))
+            for g in range(self.shape.cell.gates):
+                for line in range(0, self.panel * 4, 64):
+                    at = b.add(b.mul(row, I64(4)), I64(line))
+                    at = b.add(at, b.mul(I64(4 * g), a["hidden"]))
+                    b.call(fn, [ctx.addr(0, at, 1, base=a["proj"]), I32(0), I32(3), I32(1)])
 
     def copy_out(self, time: ir.Value, new: ir.Value) -> None:
         """The new h rows (buffer at `new`) into dst at step `time`."""
@@ -453,8 +497,8 @@ class Direction:
             ctx.store(0, total, b.add(b.mul(b.udiv(row0, h), self.hp), b.urem(row0, h)), base=zh)
         units = Units(proj, self.ptr("bias"), h_old, self.ptr("h", new), self.ptr("c"), h, self.hp)
         with ctx.for_range(0, h, w, name="unit") as j:
-            update_units(ctx, cell, w, [ctx.load(0, F32, b.add(b.mul(I64(g), self.hp), j), w, base=zh)
-                                        for g in range(cell.gates)], units, j, j, j)
+            update_units(ctx, cell, w, [[ctx.load(0, F32, b.add(b.mul(I64(g), self.hp), j), w, base=zh)]
+                                        for g in range(cell.gates)], units, [Unit(j, j, j)])
 
 
 def transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
