@@ -93,9 +93,10 @@ def _read_txt(path: Path, column: str) -> Iterator[Record]:
 def _read_jsonl(path: Path, column: str) -> Iterator[Record]:
     for number, line in _lines(path):
         where = f"line {number}"
-        if isinstance(line, BadRecord) or not line.strip():
-            if isinstance(line, BadRecord):
-                yield number - 1, line
+        if isinstance(line, BadRecord):
+            yield number - 1, line
+            continue
+        if not line.strip():
             continue
         try:
             obj = json.loads(line)
@@ -113,7 +114,7 @@ def _read_jsonl(path: Path, column: str) -> Iterator[Record]:
 
 def _csv_header(path: Path) -> list[str]:
     """The header row of a CSV file."""
-    for number, line in _lines(path):
+    for _, line in _lines(path):
         if isinstance(line, BadRecord):
             raise InputError(f"{path} header line: {line.why}")
         return next(csv.reader([line]), [])
@@ -123,27 +124,29 @@ def _csv_header(path: Path) -> list[str]:
 def _read_csv(path: Path, column: str) -> Iterator[Record]:
     index = _csv_header(path).index(column)
     undecodable: list[BadRecord] = []
+    line = [1]  # the number of the last line read (the header is line 1)
 
     def decoded_lines() -> Iterator[str]:
-        for _, line in islice(_lines(path), 1, None):
-            if isinstance(line, BadRecord):
-                undecodable.append(line)
+        for number, text in islice(_lines(path), 1, None):
+            line[0] = number
+            if isinstance(text, BadRecord):
+                undecodable.append(text)
             else:
-                yield line + "\n"
+                yield text + "\n"
 
-    rows = csv.reader(decoded_lines())
     record = 0
     try:
-        for row in rows:
-            for bad in undecodable:
+        for row in csv.reader(decoded_lines()):
+            for bad in undecodable:   # lines that could not be decoded, read while reading this row
                 yield record, bad
                 record += 1
             undecodable.clear()
-            where = f"line {rows.line_num + 1}"
-            yield record, row[index] if index < len(row) else BadRecord(where, f"{len(row)} fields, no {column!r}")
-            record += 1
+            if row:                   # a blank line is no record
+                yield record, row[index] if index < len(row) else \
+                    BadRecord(f"line {line[0]}", f"{len(row)} fields, no value for {column!r}")
+                record += 1
     except csv.Error as exc:
-        raise InputError(f"{path} line {rows.line_num + 1}: not CSV ({exc})") from None
+        raise InputError(f"{path} line {line[0]}: not CSV ({exc})") from None
     for bad in undecodable:
         yield record, bad
         record += 1

@@ -312,6 +312,31 @@ def test_errors_skip_counts_what_it_skips(tiny, tiny_path, tmp_path, capsys):
     np.testing.assert_allclose(np.load(out), tiny.embed(["one", "three"]), atol=1e-6)
 
 
+def write_bad_table(path: Path) -> int:
+    """A table with the texts "one" and "two" among unreadable records; returns how many are unreadable."""
+    if path.suffix == ".jsonl":
+        path.write_text('{"text": "one"}\n{"text": 5}\nnot json\n[1]\n{"other": "x"}\n\n{"text": "two"}\n')
+        return 4
+    if path.suffix == ".csv":
+        path.write_bytes(b"id,text\n1,one\n2\n\n3,caf\xe9\n4,two\n")
+        return 2
+    pa = pytest.importorskip("pyarrow")
+    pytest.importorskip("pyarrow.parquet").write_table(pa.table({"text": ["one", None, "two"]}), path)
+    return 1
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "parquet"])
+def test_unreadable_records_in_tables_fail_or_are_skipped(tiny, tiny_path, tmp_path, capsys, kind):
+    src = tmp_path / f"in.{kind}"
+    bad = write_bad_table(src)
+    out = tmp_path / "out.npy"
+    assert tiny_cli(tiny_path, "--input", src, "--output", out) == 2
+    assert "--errors skip" in capsys.readouterr().err and not out.exists()
+    assert tiny_cli(tiny_path, "--input", src, "--output", out, "--errors", "skip") == 0
+    assert f"{bad} skipped" in capsys.readouterr().out
+    np.testing.assert_allclose(np.load(out), tiny.embed(["one", "two"]), atol=1e-6)
+
+
 @pytest.mark.parametrize("bar", ["tqdm", "plain"])
 def test_progress_goes_to_a_terminal_only(tiny, tmp_path, capsys, monkeypatch, bar):
     if bar == "tqdm":
