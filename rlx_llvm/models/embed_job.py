@@ -19,6 +19,7 @@ from __future__ import annotations
 import codecs
 import csv
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -257,7 +258,6 @@ def _npy_bytes(array: np.ndarray) -> bytes:
 
 def _npy_header(header: dict) -> bytes:
     """An .npy header exactly as `np.save` writes it (format 1.0)."""
-    import io
     buf = io.BytesIO()
     np.lib.format.write_array_header_1_0(buf, header)
     return buf.getvalue()
@@ -479,9 +479,12 @@ def embed_file(encoder: "SentenceEncoder", input: "str | Path", output: "str | P
     in resumable chunks; bad input or output is an InputError before anything is written."""
     if batch_size < 1 or chunk_size < 1:
         raise InputError(f"batch size and chunk size must be ≥ 1, got {batch_size} and {chunk_size}")
-    source = TextSource(Path(input), column)
     output = check_output(Path(output))
-    total, skipped = source.scan(errors)
+    try:
+        source = TextSource(Path(input), column)
+        total, skipped = source.scan(errors)
+    except OSError as exc:
+        raise InputError(f"cannot read the input {input}: {exc.strerror or exc}") from None
     stat = source.path.stat()
     settings = {"version": JOURNAL_VERSION, "input": str(source.path.resolve()), "input_bytes": stat.st_size,
                 "input_mtime_ns": stat.st_mtime_ns, "column": column, "errors": errors,

@@ -277,6 +277,9 @@ BAD = {  # case → (arguments, with {tmp} for the test's folder; what the one-l
     "unwritable output": ("--input {tmp}/ok.txt --output /proc/o.npy", "cannot write the output"),
     "output is a folder": ("--input {tmp}/ok.txt --output {tmp}/dir.npy", "it is a folder"),
     "input without output": ("--input {tmp}/ok.txt", "go together"),
+    "texts and an input": ("hello --input {tmp}/ok.txt --output {tmp}/o.npy", "go together"),
+    "nothing to embed": ("", "give texts to embed"),
+    "unreadable input": ("--input {tmp}/locked.txt --output {tmp}/o.npy", "cannot read the input"),
 }
 
 
@@ -290,6 +293,7 @@ def write_bad_inputs(tmp: Path) -> None:
     (tmp / "notjson.jsonl").write_text('{"text": "a"}\n{"text": \n')
     (tmp / "afile").write_text("")
     (tmp / "dir.npy").mkdir()
+    (tmp / "locked.txt").symlink_to("/proc/self/mem")  # reading it fails (EIO), as a file without read access would
 
 
 @pytest.mark.parametrize("case", BAD)
