@@ -1,13 +1,13 @@
 """State-space scans as vector IR over the state: `SelectiveScan`, `Mamba2`, `GatedDeltaNet` and
 `GatedDeltaNetBackward` (semantics.md §3.9; docs/lowering-ssm.md).
 
-* **SelectiveScan**: lanes are channels — a vector holds state i of W neighbouring channels, so
-  `h_i ← 2^(Δ·A₂[:, i])·h_i + (Δ·x)·B_i` and `y += C_i·h_i` are vertical (no horizontal sums), with a
-  streamlined `2^t` (`exp2_decay`: a fast path when the block's |Δ·A₂| ≤ 125, a checked one otherwise).
-* **Mamba2**: every row `S[p, :]` of a head is an independent recurrence `S ← decay·S + u·b_t`,
-  `y_t = Σ c_t ⊙ S`.  A row keeps its `n ≤ 128` state values in registers across the whole sequence
-  (`strips`: vectors of `ctx.lanes`, then narrower power-of-two vectors for the tail).  Up to 8
-  neighbouring rows step together (sharing b_t, c_t and cache lines); groups split across threads.
+* **SelectiveScan** and **Mamba2** (the diagonal scans): lanes are channels — a vector holds state i of
+  W neighbouring channels (SelectiveScan: of `hidden`; Mamba2: the p of one head), so
+  `h_i ← decay_i ⊙ h_i + u·B_i` and `y += C_i·h_i` are vertical (B_i, C_i broadcast, no horizontal sums).
+  SelectiveScan's decay is a streamlined `2^(Δ·A₂[:, i])` per lane (`exp2_decay`: a fast path for steps
+  whose |Δ·A₂| ≤ 125, a checked one otherwise); Mamba2's is one `exp(dt·a)` per step.  Blocks of a
+  64-byte line of channels run in groups over chunks of steps, their states kept in scratch between
+  chunks (`chunked_blocks`); groups split across threads.
 * **Gated DeltaNet**: per (batch, head) the `n × n` state lives in per-thread scratch (L1/L2) across
   tokens; every column strip of it is its own recurrence given k, so a token is two passes over the
   rows per strip of `W` columns with the strip's accumulators in registers: `sk = Σ_i k_i·α_i S[i]`,
@@ -64,19 +64,6 @@ def for_strips(ctx: EmitContext, n: int, body: Callable[[Index, int], None]) -> 
         body(j, w)
 
 
-def lane_sum(ctx: EmitContext, parts: list[ir.Value]) -> ir.Value:
-    """The sum of every lane of `parts` (vectors of any widths): same widths added first, one reduction each."""
-    b = ctx.b
-    by_width: dict[int, ir.Value] = {}
-    for p in parts:
-        w = p.type.count if isinstance(p.type, ir.VectorType) else 1
-        by_width[w] = b.fadd(by_width[w], p, flags=FASTMATH) if w in by_width else p
-    total = const(F32, 0.0)
-    for w in sorted(by_width, reverse=True):
-        total = b.fadd(total, SUM.horizontal(ctx, by_width[w]), flags=FASTMATH)
-    return total
-
-
 def fmadd(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
     """`x·y + z` (contractible to one fma)."""
     return b.fadd(b.fmul(x, y, flags=FASTMATH), z, flags=FASTMATH)
@@ -90,65 +77,7 @@ def split_rows(ctx: EmitContext, rows: int, work_per_row: int, body: Callable[[E
     ctx.parallel_for(rows, chunk, grain=1, min_work=max(1, -(-PAR_WORK // max(1, work_per_row))))
 
 
-# ── Mamba2: rows of the state in registers ───────────────────────────────────
-
-class Row(NamedTuple):
-    """What one state row reads at one time step: the decay of its strip `(first, width)`, its input
-    weight `u` (dt·x), where its y_t goes."""
-
-    decay: Callable[[int, int], ir.Value]
-    u: ir.Value
-    y_at: Index
-
-
-def group_size(n: int, lanes: int) -> int:
-    """Rows stepped together: up to 8 (neighbouring rows share the cache lines of x and y),
-    with at most one register file's worth of state vectors between them (16 on AVX2, 32 with AVX-512)."""
-    return max(1, min(8, vector_registers(lanes) // max(1, len(strips(0, n, lanes)))))
-
-
-def diagonal_scan(ctx: EmitContext, t: T.Mamba2, n: int,
-                  step: Callable[[ir.Value], tuple[Index, list[Row]]], rows: int) -> None:
-    """`rows` rows at once: `h ← decay ⊙ h + u·B_t`, `y_t = Σ C_t ⊙ h` for t < seq, every h in registers
-    from 0; `step(t)` gives where B_t / C_t start (shared by the rows) and each row's `Row`."""
-    b = ctx.b
-    parts = strips(0, n, ctx.lanes)
-
-    def advance(tt: ir.Value, h: list[ir.Value]) -> list[ir.Value]:
-        bc_at, each = step(tt)
-        bs = [ctx.load(t.b, F32, iadd(b, bc_at, i), w) for i, w in parts]
-        cs = [ctx.load(t.c, F32, iadd(b, bc_at, i), w) for i, w in parts]
-        new, ys = [], []
-        for r, row in enumerate(each):
-            terms = []
-            for k, (i, w) in enumerate(parts):
-                drive = b.fmul(splat(b, row.u, w), bs[k], flags=FASTMATH)
-                hv = fmadd(b, row.decay(i, w), h[r * len(parts) + k], drive)
-                new.append(hv)
-                terms.append(b.fmul(cs[k], hv, flags=FASTMATH))
-            ys.append(lane_sum(ctx, terms))
-        for row, y in zip(each, ys):
-            ctx.store(t.dst, y, row.y_at)
-        return new
-
-    carried_loop(ctx, 0, t.seq, 1, [const(F32, 0.0, w) for _ in range(rows) for _, w in parts], advance, name="t")
-
-
-def grouped_rows(ctx: EmitContext, outer: int, inner: int, group: int, work_per_row: int,
-                 body: Callable[[EmitContext, ir.Value, ir.Value, int], None]) -> None:
-    """`body(ctx, o, first, size)` over groups of `size` neighbouring rows `first…` of each `o < outer`
-    (`inner` rows each): whole groups of `group`, then the rows left over one by one; across threads."""
-    full = inner // group
-    for size, count, base in ((group, full, 0), (1, inner - full * group, full * group)):
-        if count:
-            def run(sub: EmitContext, r: ir.Value, size: int = size, count: int = count, base: int = base) -> None:
-                b = sub.b
-                first = b.add(I64(base), b.mul(b.urem(r, I64(count)), I64(size)))
-                body(sub, b.udiv(r, I64(count)), first, size)
-            split_rows(ctx, outer * count, work_per_row * size, run)
-
-
-# ── SelectiveScan: lanes are channels ──────────────────────────────────────────
+# ── the diagonal scans: lanes are channels ───────────────────────────────────
 
 # 2^f on [−½, ½] with f(0) = 1 exactly (a minimax fit of degree 5,
 # relative error 1.6e-7 in f32 Horner; docs/lowering-ssm.md).
@@ -158,6 +87,10 @@ ROUNDER = 1.5 * 2.0 ** 23  # t + ROUNDER rounds t to an integer held in the low 
 SAFE_T = 125.0             # |t| ≤ 125: 2^t as p's exponent bits + n is a normal number, no clamps needed
 Y_CHAINS = 2               # independent partial sums of y_t (half the fma chain)
 PREFETCH_STEPS = 8         # steps ahead whose x, Δ, y lines are requested (each step is a new page)
+CHUNK = 64                 # steps a block runs before the next block of its group takes the same rows
+GROUP = 8                  # blocks sharing a chunk of rows (their states wait in per-thread scratch)
+MAMBA2_VECTORS = 4         # Mamba2 block: 4 vectors share each step's decay and B_i, C_i broadcasts
+                           # (0.81× / 0.87× the time of 1–2 vectors at n = 16 / 64, the same at 128)
 
 
 def exp2_decay(b: ir.IRBuilder, delta: ir.Value, a2: ir.Value, checked: bool) -> ir.Value:
@@ -192,22 +125,122 @@ def block_vectors(n: int, lanes: int) -> int:
     return line if line * n <= 2 * vector_registers(lanes) else 1
 
 
-class ChannelBlock:
-    """Channels `first + o … + w` of each part `(o, w)` of one batch through every step, one channel per
-    lane: state i of the channels is one vector, so `h_i ← 2^(Δ·A₂[:, i])·h_i + (Δ·x)·B_i` and
-    `y += C_i·h_i` are vertical (B_i, C_i broadcast; A₂ = A·log₂e gathered once per block)."""
+class SeqLayout(NamedTuple):
+    """Where one sequence's operands are: x/y of channel c at time row r (= batch·seq + t) at element
+    `r·stride + first + c`; its B_t / C_t rows at `(r·bc_rows + bc_row)·n`."""
 
-    def __init__(self, ctx: EmitContext, t: T.SelectiveScan, batch: ir.Value, first: Index,
+    batch: ir.Value
+    first: Index
+    stride: int
+    bc_rows: int = 1
+    bc_row: Index = 0
+
+
+class ChannelBlock:
+    """Channels `first + o … + w` of each part `(o, w)` of one sequence, one channel per lane: state i of
+    the channels is one vector, so `h_i ← decay_i ⊙ h_i + u·B_i` and `y += C_i·h_i` are vertical (B_i, C_i
+    broadcast scalars, no horizontal sums).  Subclasses say what a step's decays and u are (`advance`)."""
+
+    def __init__(self, ctx: EmitContext, t: "T.SelectiveScan | T.Mamba2", seq: SeqLayout,
                  parts: list[tuple[int, int]]) -> None:
+        self.ctx, self.t, self.seq, self.parts, self.n = ctx, t, seq, parts, t.state_size
+
+    def run(self, start: Index, stop: Index, state: int | None = None, at: Index = 0) -> None:
+        """Steps `[start, stop)`, the states in registers (spilled to L1 beyond the register file): from
+        zeros, or from scratch (offset `state`, element `at`) and written back there.  Where the steps need
+        it (`safe`), two copies of the loop: the fast one, and the checked one for ranges that fail the test."""
+        safe = self.safe(start, stop)
+        if safe is None:
+            self.steps(start, stop, state, at, checked=False)
+            return
+        with self.ctx.b.if_else(safe) as (fast, slow):
+            with fast:
+                self.steps(start, stop, state, at, checked=False)
+            with slow:
+                self.steps(start, stop, state, at, checked=True)
+
+    def safe(self, start: Index, stop: Index) -> ir.Value | None:
+        """Whether steps `[start, stop)` may take the fast path (`None`: there is only one)."""
+        return None
+
+    def steps(self, start: Index, stop: Index, state: int | None, at: Index, checked: bool) -> None:
+        """The loop over steps `[start, stop)` (see `run`)."""
+        ctx, n = self.ctx, self.n
+        slots = [(k, i) for k, _ in enumerate(self.parts) for i in range(n)]
+        spots = [iadd(ctx.b, at, sum(w for _, w in self.parts[:k]) * n + i * self.parts[k][1]) for k, i in slots]
+        if state is None:
+            init = [const(F32, 0.0, self.parts[k][1]) for k, _ in slots]
+        else:
+            init = [ctx.load(state, F32, spot, self.parts[k][1], base=ctx.scratch)
+                    for (k, _), spot in zip(slots, spots)]
+
+        def step(tt: ir.Value, h: list[ir.Value]) -> list[ir.Value]:
+            self.prefetch(tt)
+            row = self.row(tt)
+            return self.advance(row, self.x_at(row), h, checked)
+
+        final = carried_loop(ctx, start, stop, 1, init, step, name="t")
+        if state is not None:
+            for value, spot in zip(final, spots):
+                ctx.store(state, value, spot, base=ctx.scratch)
+
+    def row(self, tt: ir.Value) -> ir.Value:
+        """The time row (batch·seq + t) of step `tt`."""
+        b = self.ctx.b
+        return b.add(b.mul(self.seq.batch, I64(self.t.seq)), tt)
+
+    def x_at(self, row: ir.Value) -> Index:
+        """Element of x / y of the block's first channel at time row `row`."""
+        return iadd(self.ctx.b, self.ctx.b.mul(row, I64(self.seq.stride)), self.seq.first)
+
+    def advance(self, row: ir.Value, at: Index, h: list[ir.Value], checked: bool) -> list[ir.Value]:
+        """The states after time row `row` (x at element `at`), y_t stored (`checked`: see `run`)."""
+        raise NotImplementedError
+
+    def update(self, row: ir.Value, at: Index, us: list[ir.Value], decay: Callable[[int, int], ir.Value],
+               h: list[ir.Value]) -> list[ir.Value]:
+        """`h_i ← decay(k, i) ⊙ h_i + u_k·B_i` for every part k, y_t = Σ C_i·h_i stored.  Each decay is emitted
+        right before its use: computing them all first keeps n·parts more vectors live (spills, ~15 % slower)."""
+        ctx, b, t, n = self.ctx, self.ctx.b, self.t, self.n
+        bc = imul(b, iadd(b, b.mul(row, I64(self.seq.bc_rows)), self.seq.bc_row), n)
+        new = []
+        for k, ((o, w), u) in enumerate(zip(self.parts, us)):
+            ys = [const(F32, 0.0, w)] * Y_CHAINS
+            for i in range(n):
+                drive = b.fmul(u, splat(b, ctx.load(t.b, F32, iadd(b, bc, i)), w), flags=FASTMATH)
+                state = fmadd(b, decay(k, i), h[k * n + i], drive)
+                ys[i % Y_CHAINS] = fmadd(b, splat(b, ctx.load(t.c, F32, iadd(b, bc, i)), w), state, ys[i % Y_CHAINS])
+                new.append(state)
+            ctx.store(t.dst, tree_sum(b, ys), iadd(b, at, o))
+        return new
+
+    def prefetch(self, tt: ir.Value) -> None:
+        """Request x, Δ and y of step `tt + PREFETCH_STEPS` (the last step near the end)."""
+        b, t = self.ctx.b, self.t
+        ahead = b.add(tt, I64(PREFETCH_STEPS))
+        ahead = b.select(b.icmp_signed("<", ahead, I64(t.seq)), ahead, I64(t.seq - 1))
+        at = self.x_at(self.row(ahead))
+        for slot in self.streams():
+            prefetch(self.ctx, slot, at, 4)
+
+    def streams(self) -> tuple[int, ...]:
+        """The slots read or written at a step's x element."""
+        return self.t.x, self.t.dst
+
+
+class ScanBlock(ChannelBlock):
+    """SelectiveScan: decay_i = 2^(Δ·A₂[:, i]) per lane (A₂ = A·log₂e gathered once per block), u = Δ·x."""
+
+    def __init__(self, ctx: EmitContext, t: T.SelectiveScan, seq: SeqLayout, parts: list[tuple[int, int]]) -> None:
+        super().__init__(ctx, t, seq, parts)
         b = ctx.b
-        self.ctx, self.t, self.batch, self.first, self.parts = ctx, t, batch, first, parts
         self.a2 = [[b.fmul(a, splat_like(a, 1.0 / math.log(2.0))) for a in self.gather_a(o, w)] for o, w in parts]
         self.a_max = [self.largest(part) for part in self.a2]
 
     def gather_a(self, o: int, w: int) -> list[ir.Value]:
         """A[c, i] of the part's channels c, as one vector per state i."""
-        b, n = self.ctx.b, self.t.state_size
-        rows = [imul(b, iadd(b, self.first, o + lane), n) for lane in range(w)]
+        b, n = self.ctx.b, self.n
+        rows = [imul(b, iadd(b, self.seq.first, o + lane), n) for lane in range(w)]
         return [gather(self.ctx, self.t.a, [iadd(b, row, i) for row in rows]) for i in range(n)]
 
     def largest(self, a2: list[ir.Value]) -> ir.Value:
@@ -220,60 +253,80 @@ class ChannelBlock:
             total = b.fadd(total, m)
         return b.fadd(top, b.fmul(total, splat_like(top, 0.0)))   # + 0·Σ: NaN for a NaN or inf among them
 
-    def run(self) -> None:
-        """Every step, the state in registers (spilled to L1 beyond the register file)."""
-        t = self.t
-        carried_loop(self.ctx, 0, t.seq, 1, [const(F32, 0.0, w) for _, w in self.parts for _ in range(t.state_size)],
-                     self.advance, name="t")
+    def safe(self, start: Index, stop: Index) -> ir.Value:
+        """Every |Δ·A₂| of the steps ≤ SAFE_T (false for a NaN): one pass over their Δ."""
+        b = self.ctx.b
 
-    def advance(self, tt: ir.Value, h: list[ir.Value]) -> list[ir.Value]:
-        """Step `tt`: the fast path when every |Δ·A₂| ≤ SAFE_T, else the checked one."""
-        ctx, b, t = self.ctx, self.ctx.b, self.t
-        step = b.add(b.mul(self.batch, I64(t.seq)), tt)
-        at = iadd(b, b.mul(step, I64(t.hidden)), self.first)
-        self.prefetch(tt)
-        deltas = [ctx.load(t.delta, F32, iadd(b, at, o), w) for o, w in self.parts]
-        safe = [b.fcmp_ordered("<=", b.fmul(fabs(b, d), m), splat_like(d, SAFE_T)) for d, m in zip(deltas, self.a_max)]
-        fast = all_true(b, safe)
-        with b.if_else(fast) as (then, otherwise):
-            with then:
-                quick, quick_block = self.update(step, at, deltas, h, checked=False), b.block
-            with otherwise:
-                slow, slow_block = self.update(step, at, deltas, h, checked=True), b.block
-        out = []
-        for x, y in zip(quick, slow):
-            phi = b.phi(x.type)
-            phi.add_incoming(x, quick_block)
-            phi.add_incoming(y, slow_block)
-            out.append(phi)
-        return out
+        def check(tt: ir.Value, ok: list[ir.Value]) -> list[ir.Value]:
+            return [b.and_(k, b.fcmp_ordered("<=", b.fmul(fabs(b, d), m), splat_like(d, SAFE_T)))
+                    for k, d, m in zip(ok, self.deltas(self.x_at(self.row(tt))), self.a_max)]
 
-    def update(self, step: ir.Value, at: ir.Value, deltas: list[ir.Value], h: list[ir.Value], checked: bool
-               ) -> list[ir.Value]:
-        """The new states of every part, their y_t stored."""
-        ctx, b, t, n = self.ctx, self.ctx.b, self.t, self.t.state_size
-        bc = b.mul(step, I64(n))
-        new = []
-        for k, ((o, w), delta) in enumerate(zip(self.parts, deltas)):
-            u = b.fmul(delta, ctx.load(t.x, F32, iadd(b, at, o), w), flags=FASTMATH)
-            decays = [exp2_decay(b, delta, a, checked) for a in self.a2[k]]
-            ys = [const(F32, 0.0, w)] * Y_CHAINS
-            for i, decay in enumerate(decays):
-                drive = b.fmul(u, splat(b, ctx.load(t.b, F32, iadd(b, bc, i)), w), flags=FASTMATH)
-                state = fmadd(b, decay, h[k * n + i], drive)
-                ys[i % Y_CHAINS] = fmadd(b, splat(b, ctx.load(t.c, F32, iadd(b, bc, i)), w), state, ys[i % Y_CHAINS])
-                new.append(state)
-            ctx.store(t.dst, tree_sum(b, ys), iadd(b, at, o))
-        return new
+        everywhere = [const(ir.IntType(1), 1, w) for _, w in self.parts]
+        return all_true(b, carried_loop(self.ctx, start, stop, 1, everywhere, check, name="safe"))
 
-    def prefetch(self, tt: ir.Value) -> None:
-        """Request x, Δ and y of step `tt + PREFETCH_STEPS` (the last step near the end)."""
-        b, t = self.ctx.b, self.t
-        ahead = b.add(tt, I64(PREFETCH_STEPS))
-        ahead = b.select(b.icmp_signed("<", ahead, I64(t.seq)), ahead, I64(t.seq - 1))
-        at = iadd(b, b.mul(b.add(b.mul(self.batch, I64(t.seq)), ahead), I64(t.hidden)), self.first)
-        for slot in (t.x, t.delta, t.dst):
-            prefetch(self.ctx, slot, at, 4)
+    def deltas(self, at: Index) -> list[ir.Value]:
+        """Δ of every part at x element `at`."""
+        return [self.ctx.load(self.t.delta, F32, iadd(self.ctx.b, at, o), w) for o, w in self.parts]
+
+    def advance(self, row: ir.Value, at: Index, h: list[ir.Value], checked: bool) -> list[ir.Value]:
+        """decay = 2^(Δ·A₂[:, i]) per part and state."""
+        ctx, b = self.ctx, self.ctx.b
+        deltas = self.deltas(at)
+        us = [b.fmul(d, ctx.load(self.t.x, F32, iadd(b, at, o), w), flags=FASTMATH)
+              for d, (o, w) in zip(deltas, self.parts)]
+        return self.update(row, at, us, lambda k, i: exp2_decay(b, deltas[k], self.a2[k][i], checked), h)
+
+    def streams(self) -> tuple[int, ...]:
+        return self.t.x, self.t.delta, self.t.dst
+
+
+class Mamba2Block(ChannelBlock):
+    """Mamba2: the channels are the p of one (batch, head); decay = exp(dt·a[h]) (one scalar per step, every
+    state), u = dt·x."""
+
+    def __init__(self, ctx: EmitContext, t: T.Mamba2, seq: SeqLayout, parts: list[tuple[int, int]],
+                 head: ir.Value) -> None:
+        super().__init__(ctx, t, seq, parts)
+        self.head, self.a = head, ctx.load(t.a, F32, head)
+
+    def dt(self, row: ir.Value) -> ir.Value:
+        """dt of the head at time row `row`."""
+        b = self.ctx.b
+        return self.ctx.load(self.t.dt, F32, b.add(b.mul(row, I64(self.t.heads)), self.head))
+
+    def advance(self, row: ir.Value, at: Index, h: list[ir.Value], checked: bool) -> list[ir.Value]:
+        ctx, b, dt = self.ctx, self.ctx.b, self.dt(row)
+        decay = exp(b, b.fmul(dt, self.a, flags=FASTMATH))
+        us = [b.fmul(splat(b, dt, w), ctx.load(self.t.x, F32, iadd(b, at, o), w), flags=FASTMATH)
+              for o, w in self.parts]
+        return self.update(row, at, us, lambda k, i: splat(b, decay, self.parts[k][1]), h)
+
+
+def chunked_blocks(ctx: EmitContext, t: "T.SelectiveScan | T.Mamba2", sequences: int, blocks: int, block: int,
+                   run: Callable[[EmitContext, ir.Value, ir.Value, Index, Index, int, Index], None]) -> None:
+    """`run(ctx, sequence, first channel, start, stop, state, at)` for every block of `block` channels of
+    every sequence: groups of GROUP blocks (split across threads) step through the rows in chunks of CHUNK
+    steps, each chunk through every block of the group, whose states wait in per-thread scratch between
+    chunks — so a chunk's lines of x, Δ, y (and their pages) are fetched once for the whole group."""
+    groups = -(-blocks // GROUP)
+    state_floats = t.state_size * block
+
+    def group_rows(sub: EmitContext, r: ir.Value) -> None:
+        b = sub.b
+        sequence, g = b.udiv(r, I64(groups)), b.urem(r, I64(groups))
+        first = b.mul(g, I64(GROUP))
+        count = b.sub(b.select(b.icmp_signed("<", b.add(first, I64(GROUP)), I64(blocks)),
+                               b.add(first, I64(GROUP)), I64(blocks)), first)
+        state = sub.scratch_alloc(4 * state_floats * min(GROUP, blocks))
+        zero_bytes(sub, sub.addr(state, 0, 1, base=sub.scratch), 4 * state_floats * min(GROUP, blocks))
+        with sub.for_range(0, t.seq, CHUNK, name="chunk") as start:
+            stop = b.add(start, I64(CHUNK))
+            stop = b.select(b.icmp_signed("<", stop, I64(t.seq)), stop, I64(t.seq))
+            with sub.for_range(0, count, name="block") as j:
+                run(sub, sequence, b.mul(b.add(first, j), I64(block)), start, stop, state,
+                    b.mul(j, I64(state_floats)))
+
+    split_rows(ctx, sequences * groups, t.seq * t.state_size * block * GROUP, group_rows)
 
 
 def tree_sum(b: ir.IRBuilder, xs: list[ir.Value]) -> ir.Value:
@@ -304,54 +357,45 @@ def gather(ctx: EmitContext, offset: int, indices: list[Index]) -> ir.Value:
     return out
 
 
+def diagonal_scan(ctx: EmitContext, t: "T.SelectiveScan | T.Mamba2", sequences: int, channels: int, vectors: int,
+                  make: Callable[[EmitContext, ir.Value, Index, list[tuple[int, int]]], ChannelBlock]) -> None:
+    """Every sequence's `channels`: blocks of `vectors` vectors chunk by chunk (`chunked_blocks`), then the
+    channels left over as halving power-of-two strips through the whole sequence.  `make(ctx, sequence,
+    first, parts)` builds the block of channels `first + o … + w` of each part `(o, w)`."""
+    w = ctx.lanes
+    block = vectors * w
+    blocks = channels // block
+    parts = [(o, w) for o in range(0, block, w)]
+    if blocks:
+        chunked_blocks(ctx, t, sequences, blocks, block, lambda sub, sequence, first, start, stop, state, at:
+                       make(sub, sequence, first, parts).run(start, stop, state, at))
+    first, tail = blocks * block, strips(blocks * block, channels, w)
+    if tail:
+        split_rows(ctx, sequences, t.seq * t.state_size * (channels - first), lambda sub, sequence:
+                   make(sub, sequence, I64(first), [(o - first, width) for o, width in tail]).run(0, t.seq))
+
+
 @lowering(T.SelectiveScan, check=check_state_size)
 def selective_scan(ctx: EmitContext, t: T.SelectiveScan) -> None:
-    """Blocks of `block_vectors` channel vectors per batch (split across threads), then the channels left
-    over in halving power-of-two strips."""
-    n, d, w = t.state_size, t.hidden, ctx.lanes
-    if not (t.seq and n and d):
-        return
-    block = block_vectors(n, w) * w
-    blocks = d // block
-    if blocks:
-        def run(sub: EmitContext, r: ir.Value) -> None:
-            b = sub.b
-            ChannelBlock(sub, t, b.udiv(r, I64(blocks)), b.mul(b.urem(r, I64(blocks)), I64(block)),
-                         [(o, w) for o in range(0, block, w)]).run()
-        split_rows(ctx, t.batch * blocks, t.seq * n * block, run)
-    tail = strips(blocks * block, d, w)
-    if tail:
-        with ctx.for_range(0, t.batch, name="batch") as batch:
-            for first, width in tail:
-                ChannelBlock(ctx, t, batch, first, [(0, width)]).run()
+    """The sequences are the batches, the channels `hidden`."""
+    if t.seq and t.state_size and t.hidden:
+        diagonal_scan(ctx, t, t.batch, t.hidden, block_vectors(t.state_size, ctx.lanes),
+                      lambda sub, batch, first, parts: ScanBlock(sub, t, SeqLayout(batch, first, t.hidden), parts))
 
 
 @lowering(T.Mamba2, check=check_state_size)
 def mamba2(ctx: EmitContext, t: T.Mamba2) -> None:
-    """Rows are the p of a (batch, head): decay `exp(dt·a[h])` (one scalar per step), `u = dt·x[p]`."""
-    n, h, p = t.state_size, t.heads, t.head_dim
+    """The sequences are the (batch, head) pairs, the channels a head's `head_dim` (x / y rows of `heads·head_dim`,
+    b / c rows per head)."""
+    h, p = t.heads, t.head_dim
 
-    def rows_of_head(sub: EmitContext, bh: ir.Value, first: ir.Value, size: int) -> None:
+    def make(sub: EmitContext, bh: ir.Value, first: Index, parts: list[tuple[int, int]]) -> Mamba2Block:
         b = sub.b
         batch, head = b.udiv(bh, I64(h)), b.urem(bh, I64(h))
-        a = sub.load(t.a, F32, head)
+        return Mamba2Block(sub, t, SeqLayout(batch, iadd(b, b.mul(head, I64(p)), first), h * p, h, head), parts, head)
 
-        def step(tt: ir.Value) -> tuple[Index, list[Row]]:
-            bsh = b.add(b.mul(b.add(b.mul(batch, I64(t.seq)), tt), I64(h)), head)
-            dt = sub.load(t.dt, F32, bsh)
-            decay = exp(b, b.fmul(dt, a, flags=FASTMATH))
-            rows = []
-            for g in range(size):
-                at = b.add(b.mul(bsh, I64(p)), iadd(b, first, g))
-                rows.append(Row(lambda i, w: splat(b, decay, w), b.fmul(dt, sub.load(t.x, F32, at), flags=FASTMATH),
-                                at))
-            return b.mul(bsh, I64(n)), rows
-
-        diagonal_scan(sub, t, n, step, size)
-
-    if t.seq:
-        grouped_rows(ctx, t.batch * h, p, group_size(n, ctx.lanes), t.seq * n, rows_of_head)
-
+    if t.seq and t.state_size and p:
+        diagonal_scan(ctx, t, t.batch * h, p, MAMBA2_VECTORS, make)
 
 
 class Token(NamedTuple):

@@ -74,24 +74,25 @@ def magnitude_by_recurrence(x, delta, a, bb, cc) -> np.ndarray:
     return out
 
 
-def add_selective_scan_extremes(s: Suite) -> str:
-    """Decay arguments Δ·A beyond the fast exp's range: A = −inf (decay 0), −1e4 and Δ = 60 at one step
+def add_selective_scan_extremes(s: Suite, seq: int, hidden: int, wild: int) -> str:
+    """Decay arguments Δ·A beyond the fast exp's range: A = −inf (decay 0), −1e4 and Δ = 60 at step `wild`
     (underflow to 0), 0 (decay 1), 0.5 (growth e^30), NaN (that channel's y is NaN from step 0) — in the
-    first block of channels and in the tail strips (hidden 19), so steps switch between the two exps."""
-    batch, seq, hidden, n = 1, 12, 19, 5
+    first block of channels and in the tail strips, so the steps around `wild` take the checked exps."""
+    batch, n = 1, 5
     x, bb, cc = s.normal(batch, seq, hidden), s.normal(batch, seq, n), s.normal(batch, seq, n)
     delta = s.rng.uniform(0.01, 0.5, (batch, seq, hidden)).astype(np.float32)
-    delta[:, 5] = 60.0
+    delta[:, wild] = 60.0
     a = s.rng.uniform(-2.0, -0.2, (hidden, n)).astype(np.float32)
-    for c, i, value in ((0, 0, -np.inf), (1, 1, -1e4), (2, 2, 0.0), (3, 3, 0.5), (4, 4, np.nan), (17, 0, -np.inf),
-                        (18, 1, 0.5)):
+    for c, i, value in ((0, 0, -np.inf), (1, 1, -1e4), (2, 2, 0.0), (3, 3, 0.5), (4, 4, np.nan),
+                        (hidden - 2, 0, -np.inf), (hidden - 1, 1, 0.5)):
         a[c, i] = value
     dst, o = s.out(np.float32, batch * seq * hidden)
     t = T.SelectiveScan(x=s.put(x), delta=s.put(delta), a=s.put(a), b=s.put(bb), c=s.put(cc), dst=dst,
                         batch=batch, seq=seq, hidden=hidden, state_size=n)
     magnitude = magnitude_by_recurrence(*(v.astype(np.float64) for v in (x, delta, a, bb, cc)))
-    s.add("Extremes-SelectiveScan", t, [o], atol=RTOL * magnitude.reshape(-1))
-    return "Extremes-SelectiveScan"
+    name = f"Extremes-SelectiveScan-s{seq}-d{hidden}-at{wild}"
+    s.add(name, t, [o], atol=RTOL * magnitude.reshape(-1))
+    return name
 
 
 def add_mamba2(s: Suite, batch: int, seq: int, heads: int, p: int, n: int) -> str:
@@ -179,10 +180,14 @@ def build() -> Suite:
     add_selective_scan(s, 1, 6, 2, 128)
     add_selective_scan(s, 2, 40, 64, 17)          # rows split across threads
     add_selective_scan(s, 2, 17, 40, 16)          # blocks of 16 channels split across threads, a tail of 8
-    add_selective_scan_extremes(s)
+    # 9 blocks of a 64-byte line: groups of 8 and 1, chunks of 64 + 6 steps, a tail of 3
+    add_selective_scan(s, 1, 70, 9 * 16 + 3, 4)
+    add_selective_scan_extremes(s, 12, 19, 5)
+    add_selective_scan_extremes(s, 70, 2 * 16 + 3, 66)   # the first chunk fast, the second checked
     add_mamba2(s, 1, 7, 2, 3, 1)
     add_mamba2(s, 1, 5, 2, 4, 128)
-    add_mamba2(s, 2, 30, 4, 16, 17)               # rows split across threads
+    add_mamba2(s, 2, 30, 4, 16, 17)               # blocks split across threads
+    add_mamba2(s, 1, 70, 2, 2 * 4 * W + 3, 3)     # two blocks of 4 vectors and a tail per head, two chunks
     for per_channel in (False, True):
         for carry in (False, True):
             for seq, n in ((0, W), (1, W - 1), (9, W + 1)):
