@@ -137,9 +137,10 @@ def warm_key(schedule, opt_level: int) -> str | None:
     except Exception:  # not serializable: validation will explain
         return None
     # Emitter switches read from the environment at compile time (e.g. RLX_LLVM_GEMM) change the
-    # code, so they are part of the key; the cache's own settings are not.
-    switches = sorted(f"{k}={v}" for k, v in os.environ.items()
-                      if k.startswith("RLX_LLVM_") and not k.startswith("RLX_LLVM_CACHE"))
+    # code, so they are part of the key; the cache's own settings and tiering (which only decides
+    # when the same O3 object arrives) are not.
+    switches = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("RLX_LLVM_")
+                      and not k.startswith(("RLX_LLVM_CACHE", "RLX_LLVM_TIERED")))
     parts = [text, code_fingerprint(), jit.cache_key("", opt_level), *switches]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 

@@ -25,6 +25,8 @@ class NativeStep:
     symbol: str
     indices: list[int]
     fn: Callable | None = None
+    engine: object = None
+    """The engine holding `fn`'s code: kept alive by the step (a run in progress keeps its tier)."""
 
 
 @dataclass(frozen=True)

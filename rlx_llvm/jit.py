@@ -14,6 +14,13 @@ Every LLVM trap we know of is handled here, where it lives (see docs/architectur
   Program holding its function pointers.
 * Half-precision libcalls (`__extendhfsf2`/`__truncsfhf2`) live in libgcc_s, which is mapped
   RTLD_LOCAL: it is loaded permanently so generic targets resolve them.
+* llvmlite 0.50's `ModulePassManager` never frees itself (its MRO picks `ObjectRef._dispose`, a
+  no-op, over the pass manager's): ~60 KB per compile.  `_run_pipeline` disposes it by hand, and
+  keeps one PassBuilder per thread and level (freeing one leaks ~1.5 KB).
+* LLVM contexts are not thread-safe and intern every type and constant for life: each compile
+  parses into its own context (`_parsed`), disposed with the module, so compiles on different
+  threads (the tiered O3 build, docs/compile.md) never share one and nothing piles up.  Target
+  machines are per thread too; engines are created and loaded under one lock.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from typing import TYPE_CHECKING, Callable
 
 import llvmlite
 import llvmlite.binding as llvm
+from llvmlite.binding.newpassmanagers import NewPassManager
 
 from .errors import RlxError
 
@@ -110,18 +118,19 @@ def _target_machine(opt: int):
                                         codemodel="jitdefault", jit=True)
 
 
-_compile_tm = None
-_compile_tm_lock = threading.Lock()
+_per_thread = threading.local()
 
 
-def compile_target_machine():
-    """The TargetMachine used for optimizing and emitting objects (never given to an engine)."""
-    global _compile_tm
-    with _compile_tm_lock:
-        if _compile_tm is None:
-            _compile_tm = _target_machine(3)
-            _compile_tm.set_asm_verbosity(True)
-        return _compile_tm
+def compile_target_machine(opt: int = 3):
+    """This thread's TargetMachine for optimizing and emitting objects at codegen level `opt`
+    (never given to an engine, never shared between threads)."""
+    machines = getattr(_per_thread, "machines", None)
+    if machines is None:
+        machines = _per_thread.machines = {}
+    if opt not in machines:
+        machines[opt] = _target_machine(opt)
+        machines[opt].set_asm_verbosity(True)
+    return machines[opt]
 
 
 # ── compiling ────────────────────────────────────────────────────────────────
@@ -136,6 +145,8 @@ class ObjectCode:
     externals: list[str]
     timings_ms: dict[str, float] = field(default_factory=dict)
     from_cache: bool = False
+    quick: bool = False
+    """Compiled by the quick tier (`compile_quick`): never stored in the cache."""
 
 
 def _remarks_enabled() -> bool:
@@ -155,15 +166,34 @@ def _enable_remarks() -> None:
         _remarks_set = True
 
 
-def parse_and_verify(ir_text: str):
-    """Parse textual IR and verify it (raises RlxError; never lets bad IR reach the optimizer)."""
+def parse_and_verify(ir_text: str, context=None):
+    """Parse textual IR (into `context`, default the global one) and verify it (raises RlxError;
+    never lets bad IR reach the optimizer)."""
     initialize()
+    mod = None
     try:
-        mod = llvm.parse_assembly(ir_text)
+        mod = llvm.parse_assembly(ir_text, context)
         mod.verify()
     except RuntimeError as exc:
+        if mod is not None:
+            mod.close()  # before its context goes: a module outliving its context crashes on collection
         raise RlxError(f"generated LLVM IR is invalid (a bug in an emitter): {exc}") from exc
     return mod
+
+
+@contextlib.contextmanager
+def _parsed(ir_text: str):
+    """The verified module of `ir_text` in a context of its own; both disposed on exit."""
+    initialize()
+    context = llvm.create_context()
+    try:
+        mod = parse_and_verify(ir_text, context)
+        try:
+            yield mod
+        finally:
+            mod.close()
+    finally:
+        context.close()
 
 
 # Callables that register runtime symbols with LLVM (libgomp, BLAS/LAPACK capsules, …), cheapest
@@ -183,6 +213,8 @@ def missing_symbols(names: "list[str] | tuple[str, ...]") -> list[str]:
         return [name for name in names if not llvm.address_of_symbol(name)]
 
     left = missing()
+    if left and not SYMBOL_PROVIDERS:
+        from . import program  # noqa: F401  (it installs the providers; `import rlx_llvm` no longer does)
     for provide in SYMBOL_PROVIDERS:
         if not left:
             break
@@ -208,12 +240,41 @@ def optimize(mod, opt: int = 3) -> None:
     """Run the new-pass-manager O`opt` pipeline for the host CPU on a verified module."""
     if _remarks_enabled():
         _enable_remarks()
-    tm = compile_target_machine()
-    pto = llvm.create_pipeline_tuning_options(speed_level=opt)
-    pto.loop_vectorization = opt >= 2
-    pto.slp_vectorization = opt >= 2
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    _run_pipeline(mod, opt, lambda pb: pb.getModulePassManager())
+
+
+def _quick_passes(mod) -> None:
+    """The quick tier's only IR pass: SROA (allocas → registers), which codegen would otherwise
+    spill; no reassociation, so contraction is left to codegen exactly as at O3."""
+    def passes(_pb):
+        mpm = llvm.create_new_module_pass_manager()
+        mpm.add_sroa_pass()
+        return mpm
+    _run_pipeline(mod, 0, passes)
+
+
+def _pass_builder(opt: int):
+    """This thread's PassBuilder for O`opt`, made once: llvmlite's leaks ~1.5 KB when freed."""
+    builders = getattr(_per_thread, "pass_builders", None)
+    if builders is None:
+        builders = _per_thread.pass_builders = {}
+    if opt not in builders:
+        pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+        pto.loop_vectorization = opt >= 2
+        pto.slp_vectorization = opt >= 2
+        builders[opt] = llvm.create_pass_builder(compile_target_machine(), pto)
+    return builders[opt]
+
+
+def _run_pipeline(mod, opt: int, make_passes: Callable) -> None:
+    """Run the module pass manager `make_passes(pass_builder)` on `mod`, then free it (see top)."""
+    pb = _pass_builder(opt)
+    mpm = make_passes(pb)
+    try:
+        mpm.run(mod, pb)
+    finally:
+        NewPassManager._dispose(mpm)
+        mpm.detach()
 
 
 def cache_key(ir_text: str, opt: int) -> str:
@@ -226,49 +287,75 @@ def cache_key(ir_text: str, opt: int) -> str:
 
 def compile_ir(ir_text: str, *, opt: int = 3, cache: "ObjectCache | None" = None) -> ObjectCode:
     """IR text → verified, optimized object code (from `cache` when it has it)."""
-    key = cache_key(ir_text, opt)
-    if cache is not None:
-        hit = cache.load(key)
-        if hit is not None and not missing_symbols(hit.externals):
-            return hit
-    t0 = time.perf_counter()
-    mod = parse_and_verify(ir_text)
-    t1 = time.perf_counter()
-    _refuse_unresolved(_declared_externals(mod))
-    optimize(mod, opt)
-    t2 = time.perf_counter()
-    tm = compile_target_machine()
-    obj = tm.emit_object(mod)
-    t3 = time.perf_counter()
-    code = ObjectCode(key, obj, str(mod), _declared_externals(mod),
-                      {"parse_verify": (t1 - t0) * 1e3, "optimize": (t2 - t1) * 1e3,
-                       "codegen": (t3 - t2) * 1e3})
+    hit = cached_object(ir_text, opt, cache)
+    if hit is not None:
+        return hit
+    code = _compile(ir_text, cache_key(ir_text, opt), lambda mod: optimize(mod, opt), codegen_opt=3)
     if cache is not None:
         cache.store(code)
     return code
 
 
+def cached_object(ir_text: str, opt: int, cache: "ObjectCache | None") -> ObjectCode | None:
+    """The O`opt` object of `ir_text` from `cache`, if it is there and its externals resolve."""
+    if cache is None:
+        return None
+    hit = cache.load(cache_key(ir_text, opt))
+    return hit if hit is not None and not missing_symbols(hit.externals) else None
+
+
+def compile_quick(ir_text: str, *, opt: int = 3) -> ObjectCode:
+    """IR text → object code in a fraction of `compile_ir`'s time (SROA, then SelectionDAG codegen
+    at -O1, which still fuses `contract` multiply-adds as -O3 does); the first tier of tiered
+    compilation.  Its `key` is the O`opt` key of the same IR; it is never cached."""
+    code = _compile(ir_text, cache_key(ir_text, opt), _quick_passes, codegen_opt=1)
+    code.quick = True
+    return code
+
+
+def _compile(ir_text: str, key: str, passes: Callable, codegen_opt: int) -> ObjectCode:
+    """Parse and verify, refuse unresolved externals, run `passes`, emit an object."""
+    t0 = time.perf_counter()
+    with _parsed(ir_text) as mod:
+        t1 = time.perf_counter()
+        externals = _declared_externals(mod)
+        _refuse_unresolved(externals)
+        passes(mod)
+        t2 = time.perf_counter()
+        obj = compile_target_machine(codegen_opt).emit_object(mod)
+        t3 = time.perf_counter()
+        optimized_ir = str(mod)
+    return ObjectCode(key, obj, optimized_ir, externals,
+                      {"parse_verify": (t1 - t0) * 1e3, "optimize": (t2 - t1) * 1e3,
+                       "codegen": (t3 - t2) * 1e3})
+
+
 def assembly(optimized_ir: str) -> str:
     """Host assembly (AT&T syntax, with loop comments) of optimized IR text."""
-    mod = parse_and_verify(optimized_ir)
-    return compile_target_machine().emit_assembly(mod)
+    with _parsed(optimized_ir) as mod:
+        return compile_target_machine().emit_assembly(mod)
 
 
 # ── loading ──────────────────────────────────────────────────────────────────
+
+_engine_lock = threading.Lock()  # engines live in the global context: create and load one at a time
+
 
 class Engine:
     """One MCJIT engine with its own TargetMachine; holds the loaded code alive."""
 
     def __init__(self) -> None:
         initialize()
-        self._tm = _target_machine(3)  # owned by the engine from here on: never reuse it
-        self._ee = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._tm)
+        with _engine_lock:
+            self._tm = _target_machine(3)  # owned by the engine from here on: never reuse it
+            self._ee = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._tm)
 
     def load(self, code: ObjectCode) -> None:
         """Add an object file and finalize it (refusing one whose externals would link to NULL)."""
         _refuse_unresolved(code.externals)
-        self._ee.add_object_file(llvm.ObjectFileRef.from_data(code.object))
-        self._ee.finalize_object()
+        with _engine_lock:
+            self._ee.add_object_file(llvm.ObjectFileRef.from_data(code.object))
+            self._ee.finalize_object()
 
     def address(self, name: str) -> int:
         """Address of a loaded function (raises instead of returning NULL)."""

@@ -1,11 +1,14 @@
 """compile(schedule) → Program: validate, lower (`codegen`), JIT (`jit`), cache (`cache`), run, inspect."""
 from __future__ import annotations
 
+import atexit
 import ctypes
 import dataclasses
 import os
+import queue
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -14,7 +17,7 @@ from . import custom_ops, jit, limits, registry
 from .arena import ALIGNMENT, Arena
 from .cache import ObjectCache
 from .codegen import FallbackStep, ModuleBuilder, NativeStep, plan
-from .errors import ExecutionError, ValidationError
+from .errors import ExecutionError, RlxError, ValidationError
 from .inspection import Report, ThunkReport, function_asm, function_ir
 from .validate import validate_schedule
 
@@ -37,13 +40,18 @@ def _register_blas() -> None:
 jit.SYMBOL_PROVIDERS[:] = [_register_runtime, _register_blas, registry.load_all]
 
 
-def compile(schedule, *, opt_level: int = 3, cache: "bool | str | os.PathLike | ObjectCache | None" = None
-            ) -> "Program":
+def compile(schedule, *, opt_level: int = 3, cache: "bool | str | os.PathLike | ObjectCache | None" = None,
+            tiered: "bool | None" = None) -> "Program":
     """Validate `schedule`, lower every thunk, JIT the native segments and return a Program.
 
     With the object cache on (the default), a schedule compiled before by the same rlx_llvm code
     on the same host starts warm: no validation, no IR emission, no LLVM passes — the object and
     its plan are loaded from disk (`rlx_llvm.cache`).
+
+    `tiered=True` (default: with RLX_LLVM_TIERED=1, for modules of TIER_UP_IR_CHARS or more): a
+    cold compile at opt_level ≥ 2 returns once a quick object is built; the full object is built on
+    a background thread, stored in the cache and swapped in between runs.  The two tiers may differ
+    in the last bits where O3 reassociates reductions, so it is off by default (docs/compile.md).
     """
     if opt_level not in (0, 1, 2, 3):
         raise ValidationError(f"opt_level must be 0..3, got {opt_level!r}")
@@ -53,39 +61,61 @@ def compile(schedule, *, opt_level: int = 3, cache: "bool | str | os.PathLike | 
     if warm is None:
         registry.load_all()
         validate_schedule(schedule, registry.LOWERINGS)
-    return Program(schedule, opt_level, store, warm)
+    return Program(schedule, opt_level, store, warm, tiered)
+
+
+TIER_UP_IR_CHARS = 40_000
+"""RLX_LLVM_TIERED=1 tiers modules this large (IR text); below, O3 costs under ~75 ms anyway."""
+
+
+def _tiering(requested: "bool | None", opt_level: int, ir_text: str) -> bool:
+    """Whether a cold compile runs quick code first: `requested`, else (RLX_LLVM_TIERED=1) for
+    modules of TIER_UP_IR_CHARS or more; only at opt_level ≥ 2."""
+    if requested is None:
+        on = os.environ.get("RLX_LLVM_TIERED", "0").strip().lower() not in ("", "0", "false", "no", "off")
+        requested = on and len(ir_text) >= TIER_UP_IR_CHARS
+    return requested and opt_level >= 2
 
 
 class Program:
     """A compiled schedule: `run(arena)` executes it; `report/llvm_ir/asm` inspect it."""
 
-    def __init__(self, schedule, opt_level: int, cache, warm: dict | None = None) -> None:
+    def __init__(self, schedule, opt_level: int, cache, warm: dict | None = None,
+                 tiered: "bool | None" = None) -> None:
         t0 = time.perf_counter()
         self.schedule = schedule
         self.opt_level = opt_level
         self._scratch = threading.local()
-        self._engine = None
         self._code = None
+        self._tier_up: "_TierUp | None" = None
         self._asm: str | None = None
         self._ir_text: str | None = None
         self._cache = cache
         if warm is not None:
             self._start_warm(warm, cache)
         else:
-            self._build(cache)
+            self._build(cache, tiered)
         if self._code is not None:
             t1 = time.perf_counter()
-            self._engine = jit.Engine()
-            self._engine.load(self._code)
-            for step in self._steps:
-                if isinstance(step, NativeStep):
-                    step.fn = _DRIVER(self._engine.address(step.symbol))
+            self._steps = self._bound_steps(self._code)
             self._timings["load"] = (time.perf_counter() - t1) * 1e3
         self.compile_ms: float = (time.perf_counter() - t0) * 1e3
-        """Wall time of the whole compile (emit + optimize + codegen, or the warm start)."""
+        """Wall time of the whole compile (emit + optimize + codegen, or the warm start); with
+        tiering, up to the quick object being loaded."""
+        if self._tier_up is not None:
+            _optimizer.submit(self._tier_up)
 
-    def _build(self, cache) -> None:
-        """Cold path: plan, emit one function per thunk, compile (or load the object by IR hash)."""
+    def _bound_steps(self, code: "jit.ObjectCode") -> list:
+        """The steps with every native segment bound to `code`, loaded into a new engine that the
+        steps keep alive (a run still in the old steps keeps the old engine)."""
+        engine = jit.Engine()
+        engine.load(code)
+        return [dataclasses.replace(s, fn=_DRIVER(engine.address(s.symbol)), engine=engine)
+                if isinstance(s, NativeStep) else s for s in self._steps]
+
+    def _build(self, cache, tiered: "bool | None") -> None:
+        """Cold path: plan, emit one function per thunk, compile (or load the object by IR hash);
+        tiered, compile quickly now and leave the O3 object to the background optimizer."""
         self._steps = plan(self.schedule)
         self._paths = [registry.LOWERINGS[type(t)].path for t in self.schedule.thunks]
         t0 = time.perf_counter()
@@ -105,8 +135,14 @@ class Program:
         self._ir_text = custom_ops.link_ir_kernels(mb.module)
         self._timings = {"emit": (time.perf_counter() - t0) * 1e3}
         if any(isinstance(s, NativeStep) for s in self._steps):
-            self._code = jit.compile_ir(self._ir_text, opt=self.opt_level, cache=cache)
-            self._timings.update(self._code.timings_ms)
+            self._code = jit.cached_object(self._ir_text, self.opt_level, cache)
+            if self._code is None and _tiering(tiered, self.opt_level, self._ir_text):
+                self._code = jit.compile_quick(self._ir_text, opt=self.opt_level)
+                self._tier_up = _TierUp(weakref.ref(self), self._ir_text, self.opt_level, cache)
+            elif self._code is None:
+                self._code = jit.compile_ir(self._ir_text, opt=self.opt_level, cache=cache)
+            self._timings.update({f"quick {k}" if self._code.quick else k: v
+                                  for k, v in self._code.timings_ms.items()})
         if cache is not None:
             object_cache.store_plan(cache, self.schedule, self.opt_level, {
                 "n_thunks": len(self.schedule.thunks), "paths": self._paths,
@@ -148,12 +184,37 @@ class Program:
             self._ir_text = self._cache.load_source_ir(self._source_ir_key) or ""
         return self._ir_text
 
+    # ── tiers ──
+    @property
+    def tier(self) -> int:
+        """1 while the quick object runs (its O3 object still being built), else 2."""
+        return 1 if self._code is not None and self._code.quick else 2
+
+    def wait_optimized(self, timeout: "float | None" = None) -> bool:
+        """Block until the O3 object has replaced the quick one (True), or `timeout` seconds pass
+        (False); raises RlxError if building it failed (the quick code keeps running)."""
+        job = self._tier_up
+        if job is None:
+            return True
+        if not job.done.wait(timeout):
+            return False
+        if job.error is not None:
+            raise RlxError(f"the background O{self.opt_level} compile failed: {job.error}") from job.error
+        return True
+
+    def _swap_in(self, code: "jit.ObjectCode", ms: float) -> None:
+        """Load the O3 object and publish its steps in one assignment: a run reads `_steps` once,
+        so it runs wholly on one tier, and its steps keep their engine alive until it returns."""
+        steps = self._bound_steps(code)
+        self._timings = {**self._timings, **code.timings_ms, "tier-up": ms}
+        self._code, self._steps, self._asm = code, steps, None
+
     # ── running ──
     def run(self, arena: "Arena | np.ndarray") -> None:
         """Execute the schedule on `arena` (an Arena, or a 64-byte-aligned writable uint8 array)."""
         buf, address = _arena_bytes(arena, self.schedule.arena_bytes)
         scratch = self._thread_scratch()
-        for step in self._steps:
+        for step in self._steps:  # read once: a tier-up swap during the run takes effect at the next
             if isinstance(step, NativeStep):
                 status = step.fn(address, scratch)
                 if status:
@@ -257,6 +318,74 @@ def _unpickle_program(schedule_json: str, opt_level: int, cache) -> Program:
     """`Program.__reduce__`'s inverse: the schedule compiled again (a warm start when cached)."""
     from .schedule import ThunkSchedule
     return compile(ThunkSchedule.from_json(schedule_json), opt_level=opt_level, cache=cache)
+
+
+@dataclasses.dataclass
+class _TierUp:
+    """A program's pending O3 build: its IR, where to store the object, and the outcome."""
+
+    program: "weakref.ref[Program]"
+    ir_text: str
+    opt_level: int
+    cache: "ObjectCache | None"
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    error: "Exception | None" = None
+
+    def build(self) -> None:
+        """Compile at O`opt_level` (storing the object in the cache) and swap it into the program;
+        skipped when the program is gone and there is no cache to fill."""
+        try:
+            if self.program() is None and self.cache is None:
+                return
+            t0 = time.perf_counter()
+            code = jit.compile_ir(self.ir_text, opt=self.opt_level, cache=self.cache)
+            program = self.program()
+            if program is not None:
+                program._swap_in(code, (time.perf_counter() - t0) * 1e3)
+        except Exception as exc:  # keep running the quick code; wait_optimized reports it
+            self.error = exc
+        finally:
+            self.ir_text = ""
+            self.done.set()
+
+
+class _Optimizer:
+    """One daemon thread building tier-2 objects in submission order.  At exit it finishes the
+    builds that fill a cache (so the next process starts warm) and drops the rest."""
+
+    def __init__(self) -> None:
+        self._jobs: "queue.SimpleQueue[_TierUp]" = queue.SimpleQueue()
+        self._thread: "threading.Thread | None" = None
+        self._lock = threading.Lock()
+        self._exiting = False
+
+    def submit(self, job: _TierUp) -> None:
+        """Queue `job`, starting the thread on first use."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="rlx-llvm-tier-up", daemon=True)
+                self._thread.start()
+                atexit.register(self._finish)
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if self._exiting and job.cache is None:
+                job.done.set()
+                continue
+            job.build()
+
+    def _finish(self) -> None:
+        """At exit: no LLVM work may still run when LLVM's static destructors do."""
+        self._exiting = True
+        self._jobs.put(None)
+        self._thread.join()
+
+
+_optimizer = _Optimizer()
 
 
 def _arena_bytes(arena, needed: int) -> tuple[np.ndarray, int]:
