@@ -38,8 +38,8 @@ from . import elementmath as em
 from . import vecmath as vm
 from .blas_calls import FortranArgs
 from .context import ArenaRef, EmitContext, ScratchRef, pointer
-from .gemm import ACCUMULATORS, blas_gemm
-from .toolkit import F32, I32, I64, PTR, carried_loop, copy_bytes, splat, splat_like, vector_registers, zero_bytes
+from .gemm import ACCUMULATORS, TileShape, blas_gemm
+from .toolkit import F32, I32, I64, PTR, carried_loop, copy_bytes, splat_like, vector_registers, zero_bytes
 
 
 def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -110,16 +110,16 @@ def cell_of(t: T._Recurrent) -> Cell:
     return RNN_CELLS[bool(t.relu)] if isinstance(t, T.Rnn) else CELLS[type(t)]
 
 
-def tile_shape(lanes: int, gates: int, hidden: int, batch: int) -> tuple[int, int]:
-    """(vectors per panel, batch rows per tile): `rows·gates·nv` accumulators fill the register budget
-    (and with the row broadcasts and one weight vector fit the register file);
-    with one row the panel may take all of it, with more rows half.  Among the widths that fit, the
-    one that pads H least (panels are streamed every step: padding is wasted traffic), then the widest."""
-    budget = ACCUMULATORS.get(lanes, 12)
-    widest = max(1, min(cdiv(hidden, lanes), budget // gates // (1 if batch == 1 else 2)))
-    nv = min(range(1, widest + 1), key=lambda v: (cdiv(hidden, v * lanes) * v * lanes - hidden, -v))
-    registers = vector_registers(lanes)  # live in the k loop: rows·G·nv sums, rows broadcasts, one weight
-    return nv, max(1, min(batch, budget // (gates * nv), (registers - 1) // (gates * nv + 1)))
+TILE_ROWS = 6  # batch rows per h·W_hhᵀ tile: each tile reads its W_hh panel once, so more rows, fewer reads
+
+
+def tile_shape(lanes: int, batch: int) -> tuple[int, int]:
+    """(vectors, rows) of the h·W_hhᵀ register tile (`gemm.TileShape`: per k, the panel's nv weight vectors
+    are loaded, then each row's h element is broadcast into its nv accumulators): up to `TILE_ROWS` rows,
+    then the widest panel whose rows·nv accumulators fit the GEMM budget and, with the nv weight vectors
+    and one broadcast, the register file (AVX2: 6 rows × 2 vectors; AVX-512: 6 × 4)."""
+    rows = max(1, min(batch, TILE_ROWS))
+    return max(1, min(ACCUMULATORS.get(lanes, 12) // rows, (vector_registers(lanes) - 1) // (rows + 1))), rows
 
 
 # ── internal functions per cell and tile shape ───────────────────────────────
@@ -158,44 +158,6 @@ class Shaped:
 
     def _body(self, ctx: EmitContext, *args: ir.Value) -> None:
         raise NotImplementedError
-
-
-# ── the step tile ────────────────────────────────────────────────────────────
-
-@dataclass(frozen=True)
-class StepTile(Shaped):
-    """One step of `rows` batch rows × one panel of `nv·w` hidden units:
-
-    `void (ptr wh, ptr h_prev, ptr h_next, ptr c, ptr proj, ptr bias, i64 hidden, i64 hp, i64 proj_row, i64 j0)`
-    with `wh` at the panel (`[hidden][G][P]`), the states at their first row (rows `hp` apart),
-    `proj` at column 0 of the first row's step (gate g at `g·hidden`, rows `proj_row` apart),
-    `bias` at `[2][G][hp]` (input-side, then hidden-side) and `j0` the panel's first hidden unit.
-    """
-
-    params: ClassVar[tuple[ir.Type, ...]] = (PTR,) * 6 + (I64,) * 4
-
-    def _body(self, ctx: EmitContext, wh, h_prev, h_next, c, proj, bias, hidden, hp, proj_row, j0) -> None:
-        b, w, g_count, nv = ctx.b, self.w, self.cell.gates, self.vectors
-        panel = nv * w
-        at = lambda *terms: _sum(b, terms)  # noqa: E731  (an element index: a sum of products)
-        zero = ir.Constant(ir.VectorType(F32, w), None)
-
-        def k_step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-            # one weight vector live at a time: rows·G·nv accumulators + rows broadcasts + 1 in registers
-            hk = [splat(b, ctx.load(0, F32, at(b.mul(I64(r), hp), k), base=h_prev), w) for r in range(self.rows)]
-            out = list(acc)
-            for gv in range(g_count * nv):
-                g, v = divmod(gv, nv)
-                wv = ctx.load(0, F32, at(b.mul(k, I64(g_count * panel)), I64(g * panel + v * w)), w, base=wh)
-                for r in range(self.rows):
-                    out[r * g_count * nv + gv] = vm.fma(b, hk[r], wv, acc[r * g_count * nv + gv])
-            return out
-
-        acc = carried_loop(ctx, 0, hidden, 1, [zero] * (self.rows * g_count * nv), k_step, name="k")
-        units = [Unit(at(b.mul(I64(r), proj_row), j), at(b.mul(I64(r), hp), j), j)
-                 for r in range(self.rows) for j in (b.add(j0, I64(v * w)) for v in range(nv))]
-        zh = [[acc[(r * g_count + g) * nv + v] for r in range(self.rows) for v in range(nv)] for g in range(g_count)]
-        update_units(ctx, self.cell, w, zh, Units(proj, bias, h_prev, h_next, c, hidden, hp), units)
 
 
 @dataclass(frozen=True)
@@ -279,16 +241,16 @@ class DirectionRun(Shaped):
     every layer and every thunk of a module shares it):
 
     `void (ptr w_hh, ptr bias_x, ptr bias_h, ptr h0, ptr c0, ptr dst, ptr proj, ptr wh, ptr bias, ptr h, ptr c,
-    i64 batch, i64 seq, i64 hidden, i64 dst_row, i64 proj_row, i64 reverse, i64 carry)`
+    ptr zh, i64 batch, i64 seq, i64 hidden, i64 dst_row, i64 proj_row, i64 reverse, i64 carry)`
 
     `w_hh`, the biases and `h0`/`c0` at this (layer, direction)'s block; `dst` and `proj` at the
     direction's first column (rows `dst_row`, `proj_row` elements apart per step); `wh`, `bias`,
-    `h`, `c` this direction's scratch (packed W_hh, packed biases, two h buffers, c).
+    `h`, `c`, `zh` this direction's scratch (packed W_hh, packed biases, two h buffers, c, one step's h·W_hhᵀ).
     """
 
-    NAMES = ("w_hh", "bias_x", "bias_h", "h0", "c0", "dst", "proj", "wh", "bias", "h", "c",
+    NAMES = ("w_hh", "bias_x", "bias_h", "h0", "c0", "dst", "proj", "wh", "bias", "h", "c", "zh",
              "batch", "seq", "hidden", "dst_row", "proj_row", "reverse", "carry")
-    params: ClassVar[tuple[ir.Type, ...]] = (PTR,) * 11 + (I64,) * 7
+    params: ClassVar[tuple[ir.Type, ...]] = (PTR,) * 12 + (I64,) * 7
     gemv: bool = False   # batch 1 with W | H: h·W_hhᵀ as dot products over W_hh's own rows (`Direction.gemv`)
 
     @property
@@ -300,18 +262,25 @@ class DirectionRun(Shaped):
         Direction(self, ctx, dict(zip(self.NAMES, args))).run()
 
 
+GROUPS = 2  # groups of W units per gate-pass iteration (one wide vector per gate: `update_units`)
+
+
 class Direction:
-    """The body of a `DirectionRun`: pack, seed the state, step, write the final state back."""
+    """The body of a `DirectionRun`: pack, seed the state, step, write the final state back.
+
+    h·W_hhᵀ of a step is written to `zh` as `[batch][column vectors]`, column vector `u·G + g` holding
+    gate g of hidden units `u·W … u·W + W − 1`, so a group's G gate vectors are adjacent."""
 
     def __init__(self, shape: DirectionRun, ctx: EmitContext, args: dict[str, ir.Value]) -> None:
         self.shape, self.ctx, self.a = shape, ctx, args
-        b, g = ctx.b, shape.cell.gates
-        self.panel = shape.vectors * shape.w
-        self.panels = b.udiv(b.add(args["hidden"], I64(self.panel - 1)), I64(self.panel))
-        self.hp = b.mul(self.panels, I64(self.panel))                  # padded state row
-        self.state = b.mul(args["batch"], self.hp)                     # one h buffer, and c
-        self.gh = b.mul(args["hidden"], I64(g))
-        self.wh_elems = b.mul(self.hp, self.gh)                        # [panels][H][G][P]
+        b, g, w, nv = ctx.b, shape.cell.gates, shape.w, shape.vectors
+        self.groups = b.udiv(b.add(args["hidden"], I64(w - 1)), I64(w))   # groups of W hidden units
+        self.hp = b.mul(self.groups, I64(w))                               # padded state row
+        self.state = b.mul(args["batch"], self.hp)                         # one h buffer, and c
+        self.columns = b.mul(self.groups, I64(g))                          # column vectors of h·W_hhᵀ
+        self.panels = b.udiv(b.add(self.columns, I64(nv - 1)), I64(nv))    # of nv column vectors each
+        self.panel = b.mul(args["hidden"], I64(nv * w))                    # floats of one packed panel
+        self.zh_row = b.mul(self.panels, I64(nv * w))
 
     def ptr(self, name: str, *terms: ir.Value) -> ir.Value:
         """Pointer to f32 element `Σ terms` of buffer `name`."""
@@ -333,47 +302,46 @@ class Direction:
                 self.copy_rows("c0", "c", I64(0), to_arena=True)
 
     def pack_weights(self) -> None:
-        """`wh[p][k][g][v] = W_hh[g·H + p·P + v, k]`, zero past H (zeroed first only when P does not divide H):
-        W×W blocks transposed in registers when W divides H (every panel's live rows and k then come in whole
-        blocks), else element by element.  Memory-bound: 1 MB read and written per (layer, direction) at
-        hidden 256 (~0.25 ms here, was ~0.3 with a scalar loop and a memset of all of wh)."""
-        ctx, b = self.ctx, self.ctx.b
-        with b.if_then(b.icmp_unsigned("!=", self.hp, self.a["hidden"])):   # the last panel has pad rows
-            zero_bytes_at(ctx, self.ptr("wh"), b.mul(self.wh_elems, I64(4)))
-        whole = b.icmp_unsigned("==", b.urem(self.a["hidden"], I64(self.shape.w)), I64(0))
-        with b.if_else(whole) as (blocks, elements):
-            with blocks:
-                self.pack_panels(self.shape.w, self.pack_block)
-            with elements:
-                self.pack_panels(1, self.pack_element)
-
-    def pack_panels(self, step: int, pack: Callable[[ir.Value, ir.Value, ir.Value, ir.Value], None]) -> None:
-        """`pack(src, dst, v, k)` for v < the panel's live rows and k < H, both in steps of `step`, where
-        `src` is W_hh's row of the panel's first unit for a gate and `dst` that gate's first lane of wh."""
-        ctx, b, h, g_count, panel = self.ctx, self.ctx.b, self.a["hidden"], self.shape.cell.gates, self.panel
-        with ctx.for_range(0, self.panels, name="wp") as p:
-            j0 = b.mul(p, I64(panel))
-            live = b.sub(h, j0)
-            live = b.select(b.icmp_unsigned("<", live, I64(panel)), live, I64(panel))  # rows of this panel < H
-            for g in range(g_count):
-                src = self.ptr("w_hh", b.mul(b.add(b.mul(I64(g), h), j0), h))
-                dst = self.ptr("wh", b.mul(b.mul(p, h), I64(g_count * panel)), I64(g * panel))
-                with ctx.for_range(0, live, step, name="wv") as v:
-                    with ctx.for_range(0, h, step, name="wk") as k:
-                        pack(src, dst, v, k)
-
-    def pack_element(self, src: ir.Value, dst: ir.Value, v: ir.Value, k: ir.Value) -> None:
-        """`dst[k][v] = src[v][k]` (rows of src H apart, of dst G·P apart)."""
-        ctx, b, h = self.ctx, self.ctx.b, self.a["hidden"]
-        x = ctx.load(0, F32, b.add(b.mul(v, h), k), base=src)
-        ctx.store(0, x, b.add(b.mul(k, I64(self.shape.cell.gates * self.panel)), v), base=dst)
-
-    def pack_block(self, src: ir.Value, dst: ir.Value, v: ir.Value, k: ir.Value) -> None:
-        """The W×W block at (v, k) of src, transposed into dst (`transpose`)."""
+        """Panels of nv column vectors, `wh[q][k][v·W + lane] = W_hh[g·H + u·W + lane, k]` for column vector
+        `q·nv + v = u·G + g`; zero past H and past the last column vector (wh is zeroed first only then).
+        W×W blocks transposed in registers when W divides H, else element by element.  Memory-bound: 1 MB
+        read and written per (layer, direction) at hidden 256."""
         ctx, b, h, w = self.ctx, self.ctx.b, self.a["hidden"], self.shape.w
-        rows = [ctx.load(0, F32, b.add(b.mul(b.add(v, I64(r)), h), k), w, base=src) for r in range(w)]
+        padded = b.or_(b.icmp_unsigned("!=", self.hp, h), b.icmp_unsigned("!=", b.urem(self.columns, I64(self.shape.vectors)), I64(0)))
+        with b.if_then(padded):
+            zero_bytes_at(ctx, self.ptr("wh"), b.mul(b.mul(self.panels, self.panel), I64(4)))
+        with b.if_else(b.icmp_unsigned("==", b.urem(h, I64(w)), I64(0))) as (blocks, elements):
+            with blocks:
+                self.pack_columns(w, self.pack_block)
+            with elements:
+                self.pack_columns(1, self.pack_element)
+
+    def pack_columns(self, step: int, pack: Callable[[ir.Value, ir.Value, ir.Value, ir.Value], None]) -> None:
+        """`pack(src, dst, lane, k)` for every column vector, its lanes < H and k < H in steps of `step`, where
+        `src` is W_hh's row of the vector's first lane and `dst` its first lane of wh at k = 0."""
+        ctx, b, h, w, nv, g_count = self.ctx, self.ctx.b, self.a["hidden"], self.shape.w, self.shape.vectors, self.shape.cell.gates
+        with ctx.for_range(0, self.columns, name="col") as cv:
+            u, g = b.udiv(cv, I64(g_count)), b.urem(cv, I64(g_count))
+            live = b.sub(h, b.mul(u, I64(w)))
+            live = b.select(b.icmp_unsigned("<", live, I64(w)), live, I64(w))  # lanes of this vector < H
+            src = self.ptr("w_hh", b.mul(b.add(b.mul(g, h), b.mul(u, I64(w))), h))
+            dst = self.ptr("wh", b.mul(b.udiv(cv, I64(nv)), self.panel), b.mul(b.urem(cv, I64(nv)), I64(w)))
+            with ctx.for_range(0, live, step, name="lane") as lane:
+                with ctx.for_range(0, h, step, name="wk") as k:
+                    pack(src, dst, lane, k)
+
+    def pack_element(self, src: ir.Value, dst: ir.Value, lane: ir.Value, k: ir.Value) -> None:
+        """`dst[k][lane] = src[lane][k]` (rows of src H apart, of dst nv·W apart)."""
+        ctx, b, h = self.ctx, self.ctx.b, self.a["hidden"]
+        x = ctx.load(0, F32, b.add(b.mul(lane, h), k), base=src)
+        ctx.store(0, x, b.add(b.mul(k, I64(self.shape.vectors * self.shape.w)), lane), base=dst)
+
+    def pack_block(self, src: ir.Value, dst: ir.Value, lane: ir.Value, k: ir.Value) -> None:
+        """The W×W block at (lane, k) of src, transposed into dst (`transpose`)."""
+        ctx, b, h, w = self.ctx, self.ctx.b, self.a["hidden"], self.shape.w
+        rows = [ctx.load(0, F32, b.add(b.mul(b.add(lane, I64(r)), h), k), w, base=src) for r in range(w)]
         for m, column in enumerate(transpose(b, rows)):
-            ctx.store(0, column, b.add(b.mul(b.add(k, I64(m)), I64(self.shape.cell.gates * self.panel)), v), base=dst)
+            ctx.store(0, column, b.add(b.mul(b.add(k, I64(m)), I64(self.shape.vectors * w)), lane), base=dst)
 
     def pack_biases(self) -> None:
         """`bias[which][g][j]` in rows of hp: the input-side bias, then (GRU) b_hh; zero past H."""
@@ -381,7 +349,7 @@ class Direction:
         per = b.mul(self.hp, I64(g_count))
         zero_bytes_at(ctx, self.ptr("bias"), b.mul(per, I64(8)))
         for which, name in enumerate(("bias_x", "bias_h") if self.shape.cell.hidden_bias else ("bias_x",)):
-            with ctx.for_range(0, self.gh, name="bias") as row:
+            with ctx.for_range(0, b.mul(h, I64(g_count)), name="bias") as row:
                 g, j = b.udiv(row, h), b.urem(row, h)
                 x = ctx.load(0, F32, row, base=self.a[name])
                 ctx.store(0, x, 0, base=self.ptr("bias", b.mul(per, I64(which)), b.mul(g, self.hp), j))
@@ -406,7 +374,8 @@ class Direction:
     def row_runs(self) -> list[tuple[ir.Value, ir.Value, int]]:
         """`(start, stop, rows)` tiles covering the batch: R-row tiles, then R−1-row tiles, then single rows.
         A batch `q·R + r` (0 < r, R ≥ 3) takes `R − r` tiles of R − 1 when that leaves ≥ 0 tiles of R
-        (16 = 4·3 + 2·2, not 5·3 + 1: a one-row tile is latency-bound), else q tiles of R and r single rows."""
+        (16 = 2·6 + 4 → 6 + 5 + 5: a one-row tile reads a whole panel for few FMAs), else q tiles of R and r
+        single rows."""
         b, batch, rows = self.ctx.b, self.a["batch"], self.shape.rows
         if rows == 1:
             return [(I64(0), batch, 1)]
@@ -418,47 +387,86 @@ class Direction:
         return [(I64(0), big, rows)] + ([(big, mid, rows - 1)] if rows > 2 else []) + [(mid, batch, 1)]
 
     def step(self, s: ir.Value) -> None:
-        """Step `s` (time t = s, or S−1−s in reverse): every tile, then the new h rows into dst."""
-        ctx, b, a, shape = self.ctx, self.ctx.b, self.a, self.shape
-        seq = a["seq"]
-        time = b.select(b.icmp_unsigned("!=", a["reverse"], I64(0)), b.sub(b.sub(seq, I64(1)), s), s)
+        """Step `s` (time t = s, or S−1−s in reverse): h·W_hhᵀ into zh, the gate pass, the new h rows into dst."""
+        b, a = self.ctx.b, self.a
+        time = b.select(b.icmp_unsigned("!=", a["reverse"], I64(0)), b.sub(b.sub(a["seq"], I64(1)), s), s)
         old = b.mul(b.and_(s, I64(1)), self.state)
         new = b.sub(self.state, old)
-        if shape.gemv:
-            self.gemv(s, old, new, self.ptr("proj", b.mul(time, a["proj_row"])))
-            self.copy_out(time, new)
-            return
-        runs = self.row_runs()
-        # panels outer: a panel's weights (H·G·P floats) stay in L1/L2 while every row tile uses them
-        # odd steps walk the panels backwards (the last ones read are still in L2: see `gemv`)
-        with ctx.for_range(0, self.panels, name="panel") as i:
-            p = self.serpentine(s, i, self.panels, 1)
-            self.prefetch_proj(s, i, time)
-            wh = self.ptr("wh", b.mul(p, b.mul(self.gh, I64(self.panel))))
-            for start, stop, rows in runs:
-                tile = StepTile(shape.cell, shape.w, rows, shape.vectors).function(ctx)
-                with ctx.for_range(start, stop, rows, name=f"rows{rows}") as r0:
-                    state = b.mul(r0, self.hp)
-                    proj = self.ptr("proj", b.mul(b.add(b.mul(r0, seq), time), a["proj_row"]))
-                    b.call(tile, [wh, self.ptr("h", old, state), self.ptr("h", new, state), self.ptr("c", state), proj,
-                                  self.ptr("bias"), a["hidden"], self.hp, b.mul(seq, a["proj_row"]),
-                                  b.mul(p, I64(self.panel))])
+        (self.gemv if self.shape.gemv else self.gemm)(s, old)
+        self.gates(time, old, new)
         self.copy_out(time, new)
 
-    def prefetch_proj(self, s: ir.Value, i: ir.Value, time: ir.Value) -> None:
-        """Hint the projection of the next panel (in this step's walk) into L1 for every batch row and gate:
-        the rows of one step lie `seq·proj_row` apart, too far apart for the hardware prefetchers."""
-        ctx, b, a = self.ctx, self.ctx.b, self.a
-        nxt = b.add(i, I64(1))
-        nxt = self.serpentine(s, b.select(b.icmp_unsigned("<", nxt, self.panels), nxt, i), self.panels, 1)
+    def gemm(self, s: ir.Value, old: ir.Value) -> None:
+        """zh = h·W_hhᵀ by `gemm.TileShape` register tiles: panels outer (a panel's H·nv·W floats stay in L1
+        while every row tile reads it); odd steps walk the panels backwards (the last ones read are still in
+        L2: see `gemv`)."""
+        ctx, b, a, w, nv = self.ctx, self.ctx.b, self.a, self.shape.w, self.shape.vectors
+        runs = self.row_runs()
+        with ctx.for_range(0, self.panels, name="panel") as i:
+            q = self.serpentine(s, i, self.panels, 1)
+            wh = self.ptr("wh", b.mul(q, self.panel))
+            for start, stop, rows in runs:
+                tile = TileShape(F32, w, rows, nv, False).function(ctx)
+                with ctx.for_range(start, stop, rows, name=f"rows{rows}") as r0:
+                    b.call(tile, [self.ptr("h", old, b.mul(r0, self.hp)), wh,
+                                  self.ptr("zh", b.mul(r0, self.zh_row), b.mul(q, I64(nv * w))),
+                                  self.hp, I64(1), I64(nv * w), self.zh_row, a["hidden"], I64(w),
+                                  ir.Constant(F32, 1.0), ir.Constant(F32, 0.0)])
+
+    def gemv(self, s: ir.Value, old: ir.Value) -> None:
+        """One batch-1 step's h·W_hhᵀ straight from W_hh (no packing): per W rows of W_hh, W accumulators of
+        `W_hh[row, k:k+W]·h[k:k+W]` over k, their lane sums as one vector (`transpose`, then adds) into its
+        column vector of zh.  W divides H.  Odd steps walk the rows backwards, so a step starts on the rows the
+        last one read last — still in L2 when W_hh is larger than L2 (forwards every time, LRU would have
+        evicted each row before its next use)."""
+        ctx, b, h, w, g_count = self.ctx, self.ctx.b, self.a["hidden"], self.shape.w, self.shape.cell.gates
+        zero = ir.Constant(ir.VectorType(F32, w), None)
+        h_old = self.ptr("h", old)
+        with ctx.for_range(0, b.mul(h, I64(g_count)), w, name="gemv") as i:
+            row0 = self.serpentine(s, i, b.mul(h, I64(g_count)), w)
+            weights = self.ptr("w_hh", b.mul(row0, h))
+
+            def k_step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                hk = ctx.load(0, F32, k, w, base=h_old)
+                return [vm.fma(b, ctx.load(0, F32, b.add(b.mul(I64(r), h), k), w, base=weights), hk, acc[r])
+                        for r in range(w)]
+
+            sums = transpose(b, carried_loop(ctx, 0, h, w, [zero] * w, k_step, name="k"))
+            total = sums[0]
+            for column in sums[1:]:
+                total = b.fadd(total, column)
+            g, j = b.udiv(row0, h), b.urem(row0, h)          # gate g of units j … j + W − 1 (W | j)
+            ctx.store(0, total, b.add(b.mul(j, I64(g_count)), b.mul(g, I64(w))), base=self.a["zh"])
+
+    def gates(self, time: ir.Value, old: ir.Value, new: ir.Value) -> None:
+        """The cell for every batch row, `GROUPS` groups of W units at a time (`update_units`), reading
+        this step's zh, projection row and biases; the next row's projection is prefetched (rows of one
+        step lie `seq·proj_row` apart, too far apart for the hardware prefetchers)."""
+        ctx, b, a, w, g_count = self.ctx, self.ctx.b, self.a, self.shape.w, self.shape.cell.gates
+        proj_at = lambda r: b.mul(b.add(b.mul(r, a["seq"]), time), a["proj_row"])  # noqa: E731
+        self.prefetch_proj(proj_at(I64(0)))
+        whole = b.mul(b.udiv(self.groups, I64(GROUPS)), I64(GROUPS))
+        with ctx.for_range(0, a["batch"], name="row") as r:
+            following = b.add(r, I64(1))
+            self.prefetch_proj(proj_at(b.select(b.icmp_unsigned("<", following, a["batch"]), following, r)))
+            state = b.mul(r, self.hp)
+            units = Units(self.ptr("proj", proj_at(r)), self.ptr("bias"), self.ptr("h", old, state),
+                          self.ptr("h", new, state), self.ptr("c", state), a["hidden"], self.hp)
+            zh = self.ptr("zh", b.mul(r, self.zh_row))
+            for start, stop, count in ((I64(0), whole, GROUPS), (whole, self.groups, 1)):
+                with ctx.for_range(start, stop, count, name=f"units{count}") as u0:
+                    us = [b.add(u0, I64(i)) for i in range(count)]
+                    update_units(ctx, self.shape.cell, w,
+                                 [[ctx.load(0, F32, b.mul(b.add(b.mul(u, I64(g_count)), I64(g)), I64(w)), w, base=zh)
+                                   for u in us] for g in range(g_count)],
+                                 units, [Unit(j, j, j) for j in (b.mul(u, I64(w)) for u in us)])
+
+    def prefetch_proj(self, row: ir.Value) -> None:
+        """Hint a projection row of this direction (G·H floats from element `row`) into L1."""
+        ctx, b = self.ctx, self.ctx.b
         fn = ctx.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-        with ctx.for_range(0, a["batch"], name="pf") as r:
-            row = b.add(b.mul(b.add(b.mul(r, a["seq"]), time), a["proj_row"]), b.mul(nxt, I64(self.panel)))
-            for g in range(self.shape.cell.gates):
-                for line in range(0, self.panel * 4, 64):
-                    at = b.add(b.mul(row, I64(4)), I64(line))
-                    at = b.add(at, b.mul(I64(4 * g), a["hidden"]))
-                    b.call(fn, [ctx.addr(0, at, 1, base=a["proj"]), I32(0), I32(3), I32(1)])
+        with ctx.for_range(0, b.mul(self.a["hidden"], I64(4 * self.shape.cell.gates)), 64, name="pf") as byte:
+            b.call(fn, [ctx.addr(0, b.add(b.mul(row, I64(4)), byte), 1, base=self.a["proj"]), I32(0), I32(3), I32(1)])
 
     def copy_out(self, time: ir.Value, new: ir.Value) -> None:
         """The new h rows (buffer at `new`) into dst at step `time`."""
@@ -471,34 +479,6 @@ class Direction:
         """`i` of `range(0, stop, step)` on even steps `s`, the same range backwards on odd ones."""
         b = self.ctx.b
         return b.select(b.icmp_unsigned("!=", b.and_(s, I64(1)), I64(0)), b.sub(b.sub(stop, I64(step)), i), i)
-
-    def gemv(self, s: ir.Value, old: ir.Value, new: ir.Value, proj: ir.Value) -> None:
-        """One batch-1 step straight from W_hh (no packing): per W rows of W_hh, W accumulators of
-        `W_hh[row, k:k+W]·h[k:k+W]` over k, their lane sums as one vector (`transpose`, then adds) into
-        `zh[g][hp]` (the wh scratch); then the gate math per W hidden units.  W divides H.  Odd steps walk
-        the rows backwards, so a step starts on the rows the last one read last — still in L2 when W_hh
-        is larger than L2 (forwards every time, LRU would have evicted each row before its next use)."""
-        ctx, b, h, w, cell = self.ctx, self.ctx.b, self.a["hidden"], self.shape.w, self.shape.cell
-        zero = ir.Constant(ir.VectorType(F32, w), None)
-        h_old, zh = self.ptr("h", old), self.ptr("wh")
-        with ctx.for_range(0, self.gh, w, name="gemv") as i:
-            row0 = self.serpentine(s, i, self.gh, w)
-            weights = self.ptr("w_hh", b.mul(row0, h))
-
-            def k_step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-                hk = ctx.load(0, F32, k, w, base=h_old)
-                return [vm.fma(b, ctx.load(0, F32, b.add(b.mul(I64(r), h), k), w, base=weights), hk, acc[r])
-                        for r in range(w)]
-
-            sums = transpose(b, carried_loop(ctx, 0, h, w, [zero] * w, k_step, name="k"))
-            total = sums[0]
-            for column in sums[1:]:
-                total = b.fadd(total, column)
-            ctx.store(0, total, b.add(b.mul(b.udiv(row0, h), self.hp), b.urem(row0, h)), base=zh)
-        units = Units(proj, self.ptr("bias"), h_old, self.ptr("h", new), self.ptr("c"), h, self.hp)
-        with ctx.for_range(0, h, w, name="unit") as j:
-            update_units(ctx, cell, w, [[ctx.load(0, F32, b.add(b.mul(I64(g), self.hp), j), w, base=zh)]
-                                        for g in range(cell.gates)], units, [Unit(j, j, j)])
 
 
 def transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
@@ -540,17 +520,17 @@ def recurrent(ctx: EmitContext, t: T._Recurrent) -> None:
     if t.batch * t.seq * t.hidden == 0:
         ctx.note_path("llvm")  # nothing to compute; carried states stay as they are
         return
-    cell, dirs, h = cell_of(t), t.directions, t.hidden
-    nv, rows = tile_shape(ctx.lanes, cell.gates, h, t.batch)
-    panel = nv * ctx.lanes
-    hp = cdiv(h, panel) * panel
+    cell, dirs, h, w = cell_of(t), t.directions, t.hidden, ctx.lanes
+    nv, rows = tile_shape(w, t.batch)
+    hp = cdiv(h, w) * w
+    panels = cdiv(cell.gates * hp // w, nv)
     gh, steps = cell.gates * h, t.batch * t.seq
-    proj_elems = steps * dirs * gh + hp  # slack: the last panel of the last gate reads past H
-    scratch = {name: ctx.scratch_alloc(4 * n) for name, n in dict(
-        proj=proj_elems, wh=dirs * hp * gh,
-        bias=dirs * 2 * cell.gates * hp, h=dirs * 2 * t.batch * hp, c=dirs * t.batch * hp).items()}
-    per_dir = dict(wh=hp * gh, bias=2 * cell.gates * hp, h=2 * t.batch * hp, c=t.batch * hp)
-    run_fn = DirectionRun(cell, ctx.lanes, rows, nv, gemv=t.batch == 1 and h % ctx.lanes == 0).function(ctx)
+    proj_elems = steps * dirs * gh + hp  # slack: the pad units of the last gate read past H
+    per_dir = dict(wh=panels * h * nv * w, bias=2 * cell.gates * hp, h=2 * t.batch * hp, c=t.batch * hp,
+                   zh=t.batch * panels * nv * w)
+    scratch = {name: ctx.scratch_alloc(4 * n) for name, n in dict(proj=proj_elems, **{
+        region: dirs * n for region, n in per_dir.items()}).items()}
+    run_fn = DirectionRun(cell, w, rows, nv, gemv=t.batch == 1 and h % w == 0).function(ctx)
     fa, w_ih_at = FortranArgs(ctx), t.w_ih
     for layer in range(t.num_layers):
         n_in = t.input_size if layer == 0 else dirs * h
@@ -569,7 +549,7 @@ def recurrent(ctx: EmitContext, t: T._Recurrent) -> None:
                            for name in ("h0", "c0")]
                 biases = [at(getattr(t, name), gh) for name in t.biases] * (2 if len(t.biases) == 1 else 1)
                 b.call(run_fn, [at(t.w_hh, gh * h), *biases, *carried, sub.addr(t.dst, b.mul(d, I64(h)), 4),
-                                mine("proj", gh), mine("wh"), mine("bias"), mine("h"), mine("c"),
+                                mine("proj", gh), mine("wh"), mine("bias"), mine("h"), mine("c"), mine("zh"),
                                 I64(t.batch), I64(t.seq), I64(h), I64(dirs * h), I64(dirs * gh), d,
                                 I64(int(t.carry))])
 

@@ -84,7 +84,7 @@ def build() -> Suite:
         add_case(s, cell, Shape(1, 1, 5, W + 3, 1, False, False))        # one step
         add_case(s, cell, Shape(1, 6, 9, 2 * W + 3, 1, True, False))     # batch 1, several panels
         add_case(s, cell, Shape(7, 4, 3, 6, 2, False, True))             # full and partial row tiles
-        add_case(s, cell, Shape(5, 3, 4, 4 * W, 1, True, False))         # W×W weight blocks packed, 3 + 2 rows
+        add_case(s, cell, Shape(16, 3, 4, 4 * W, 1, True, False))        # W×W weight blocks packed, 6 + 5 + 5 rows
         add_case(s, cell, Shape(1, 4, 5, 2 * W, 2, True, True))          # batch 1, W | H: W_hh rows, unpacked
         add_case(s, cell, Shape(3, 9, 4, W + 1, 1, True, True), x_scale=30.0, tag="-saturated")
     add_case(s, "lstm", Shape(2, 3, 0, 5, 2, True, False))                # no input features
