@@ -1,14 +1,15 @@
 """Lstm / Gru thunks next to torch eager, ONNX Runtime and the NumPy reference, one thread.
 
-    cd /work/main && PYTHONPATH=. python benchmarks/bench_recurrent.py [--rounds 9] [--seq 128]
+    cd /work/main && PYTHONPATH=. python benchmarks/bench_recurrent.py [--rounds 9] [--seq 128] [--all]
 
-Shapes (issue 12): seq 128, input 256, hidden 256, 2 layers, bidirectional, batch 1 and 16; plus the
-one-layer, one-direction batch-1 case.  The weights are torch's random init; the rlx thunk gets them
+Shapes (issue 12): seq 128, input 256, hidden 256, 2 layers, bidirectional, batch 1 and 16 (with `--all`
+also the one-layer, one-direction batch-1 cases and the NumPy reference).  The weights are torch's random init; the rlx thunk gets them
 packed per (layer, direction) (same gate order as torch), ONNX Runtime gets one LSTM/GRU node per layer
 (gates reordered to ONNX's i,o,f,c / z,r,h; GRU with linear_before_reset=1), time-major input.
 Every implementation's output is checked against torch's before timing.  Optional: torch,
 onnxruntime (rows skipped when missing).  Times are medians of interleaved rounds, wall and the
-calling thread's CPU time.
+calling thread's CPU time (`time.thread_time`), with each implementation's ratio to rlx (> 1: slower
+than rlx); a last table says, per case, whether rlx beats torch eager and ONNX Runtime (issue 12's bar).
 """
 from __future__ import annotations
 
@@ -116,6 +117,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--all", action="store_true", help="also 1 layer × 1 direction and the NumPy reference")
     args = ap.parse_args()
     set_num_threads(1)
     import torch
@@ -124,7 +126,9 @@ def main() -> None:
                           "max |Δ| vs torch"], left=["impl"],
                          title=f"seq {args.seq}, input 256, hidden 256, one thread — {common.cpu_name()}")
     configs = [(cell, b, 2, True) for cell in ("lstm", "gru") for b in (1, 16)] + \
-              [(cell, 1, 1, False) for cell in ("lstm", "gru")]
+              ([(cell, 1, 1, False) for cell in ("lstm", "gru")] if args.all else [])
+    bar = common.Table(["cell", "batch", "layers×dirs", "cpu × rlx: torch", "onnxruntime", "wall × rlx: torch",
+                        "onnxruntime", "rlx fastest"], title="issue 12's bar: rlx faster than both (CPU and wall)")
     for cell, batch, layers, bidir in configs:
         net = torch_net(cell, 256, 256, layers, bidir)
         x = np.random.default_rng(1).standard_normal((batch, args.seq, 256)).astype(np.float32)
@@ -139,22 +143,31 @@ def main() -> None:
             diffs["onnxruntime"] = np.abs(out - want).max()
         except ImportError:
             table.note("onnxruntime not installed: its rows are skipped")
-        if batch == 1:
+        if batch == 1 and args.all:
             fns["numpy reference (f64)"] = ref
         cpu = {name: common.Timing() for name in fns}
         with torch.no_grad():
             times = common.interleaved({name: cpu_timed(fn, cpu[name].samples) for name, fn in fns.items()},
                                        rounds=args.rounds if batch == 1 else max(3, args.rounds // 2), warmup=1)
+        cpu_ratio, wall_ratio = {}, {}
         for name, timing in times.items():
             del cpu[name].samples[:1]
-            ratio = common.paired_ratio(timing, times["rlx"])
+            wall_ratio[name] = common.paired_ratio(timing, times["rlx"])
+            cpu_ratio[name] = cpu[name].median / cpu["rlx"].median
             table.add(cell, batch, f"{layers}×{2 if bidir else 1}", name, common.fmt_ms(timing.median),
-                      f"{ratio:.2f}", common.fmt_ms(cpu[name].median), f"{cpu[name].median / cpu['rlx'].median:.2f}",
+                      f"{wall_ratio[name]:.2f}", common.fmt_ms(cpu[name].median), f"{cpu_ratio[name]:.2f}",
                       f"{diffs[name]:.1e}" if name in diffs else "")
         table.rule()
+        others = [n for n in ("torch eager", "onnxruntime") if n in times]
+        bar.add(cell, batch, f"{layers}×{2 if bidir else 1}",
+                *(f"{cpu_ratio[n]:.2f}" if n in cpu_ratio else "–" for n in ("torch eager", "onnxruntime")),
+                *(f"{wall_ratio[n]:.2f}" if n in wall_ratio else "–" for n in ("torch eager", "onnxruntime")),
+                "yes" if all(min(cpu_ratio[n], wall_ratio[n]) > 1 for n in others) else "no")
     table.note(f"load average {common.load_average()}; × rlx = median of per-round wall-time ratios; "
                "cpu = the calling thread's CPU time per call (steadier on a loaded machine)")
     print(table)
+    print()
+    print(bar)
 
 
 if __name__ == "__main__":

@@ -8,17 +8,18 @@ One emitter for the three cells (`Cell`: gate count and gate math).  Per layer:
    writes `dst`, so `dst` itself holds a layer's output and is the next layer's input.
 2. **Recurrence**, the directions side by side (one thread each with two threads), each one call of
    `DirectionRun` (one internal function per cell and tile shape, all dims arguments, shared by
-   every layer and thunk): `W_hh` is packed into panels `[H/P][k = H][gate][P]`, P = `nv·W` hidden
-   units, so a panel's weights for all gates stream contiguously.  Each step runs a *step tile*
-   (`StepTile`) per panel and group of `rows` batch rows — panels outer, so a panel stays in L1/L2
-   for every row group: `rows·G·nv` vector accumulators of `h·W_hhᵀ` stay in registers over the
-   k loop (one weight vector live at a time), then the gate math (`vecmath.sigmoid`/`tanh`) adds the
-   projection and biases and writes `h'` (and `c'`) for those hidden units.  `h` is
-   double-buffered in scratch (every tile reads all of the old `h`), `c` is updated in place; after
-   the step the new `h` rows are copied into `dst` at step `t` (forward t = 0…S−1, reverse
-   t = S−1…0).
+   every layer and thunk).  A step is a GEMM, then a gate pass:
+   * `zh = h·W_hhᵀ` into scratch, its columns in groups of W hidden units with their G gates adjacent
+     (column vector `u·G + g`).  Batch 1 with W | H: dot products over W_hh's own rows (`gemv`, no
+     packing).  Otherwise `W_hh` is packed once per call into panels of nv column vectors
+     (`[panel][k][nv·W]`) and `gemm.TileShape` register tiles of up to 6 rows × nv vectors run over
+     them, panels outer (a panel stays in L1 while every row tile reads it).
+   * The gate pass: per batch row, two groups of W units at a time, the projection and biases added
+     to zh and the cell's σ/tanh on one wide vector per gate (`update_units`), writing `h'` (and `c'`).
+   `h` is double-buffered in scratch, `c` is updated in place; after the step the new `h` rows are
+   copied into `dst` at step `t` (forward t = 0…S−1, reverse t = S−1…0).
 
-State rows are padded to `hp = ⌈H/P⌉·P` so tiles never need masks: the padded weights and biases
+State rows are padded to `hp = ⌈H/W⌉·W` so nothing needs masks: the padded weights and biases
 are zero, the pad lanes of `h`/`c` never feed a product (k < H) and are never copied out.
 With `carry`, `h0` (`c0`) `[L·D, batch, H]` seed the state and receive the final one.
 """
@@ -138,7 +139,7 @@ class Shaped:
 
     @property
     def name(self) -> str:
-        """The function's symbol, e.g. `rlx.rnn.lstm.w8.r3.v1`."""
+        """The function's symbol, e.g. `rlx.rnn.lstm.w8.r6.v2.run`."""
         return f"rlx.rnn.{self.cell.name}.w{self.w}.r{self.rows}.v{self.vectors}{self.suffix}"
 
     def function(self, ctx: EmitContext) -> ir.Function:
