@@ -15,7 +15,7 @@ import numpy as np
 from ..dtypes import DType
 from ..graph import Value
 from .importer import Convert, Unsupported, converts
-from .ops_math import _float, arithmetic
+from .ops_math import INTEGERS, _float, arithmetic
 
 
 # ── logic ───────────────────────────────────────────────────────────────────
@@ -104,12 +104,36 @@ def _flip(cx: Convert, x: Value, axis: int) -> Value:
 
 @converts("CumSum")
 def _cumsum(cx: Convert, node) -> list:
-    x = _float(cx, node)
+    x = cx.tensor(node.input[0])
     axis = int(cx.need_const(node, 1, "axis").reshape(-1)[0]) % x.ndim
     exclusive, reverse = bool(cx.attr(node, "exclusive", 0)), bool(cx.attr(node, "reverse", 0))
+    if x.dtype == DType.F64 or x.dtype in INTEGERS:
+        return [_scanned_sum(cx, x, axis, exclusive, reverse)]
+    x = _float(cx, node)
     if reverse:
         return [_flip(cx, cx.g.cumsum(_flip(cx, x, axis), axis, exclusive), axis)]
     return [cx.g.cumsum(x, axis, exclusive)]
+
+
+def _scanned_sum(cx: Convert, x: Value, axis: int, exclusive: bool, reverse: bool) -> Value:
+    """CumSum of f64 or integer `x` (exact wide adds, integers wrapping as ONNX's): `⌈log₂ n⌉` steps
+    `y += y shifted by s` (s = 1, 2, 4 …, Hillis–Steele), then one more shift when `exclusive`."""
+    n = x.shape[axis]
+    y, s = x, 1
+    while s < n:
+        y = arithmetic(cx, "add", y, _shifted(cx, y, axis, s, reverse))
+        s *= 2
+    return _shifted(cx, y, axis, 1, reverse) if exclusive else y
+
+
+def _shifted(cx: Convert, y: Value, axis: int, s: int, reverse: bool) -> Value:
+    """`y` moved `s` places along `axis` (towards the end, or the start when `reverse`), zeros shifted in."""
+    n = y.shape[axis]
+    zeros = cx.g.constant(np.zeros((*y.shape[:axis], min(s, n), *y.shape[axis + 1:]), y.dtype.numpy), y.dtype)
+    if s >= n:
+        return zeros
+    kept = cx.g.narrow(y, axis, s if reverse else 0, n - s)
+    return cx.g.concat([kept, zeros] if reverse else [zeros, kept], axis)
 
 
 # ── gathers and scatters ────────────────────────────────────────────────────

@@ -9,7 +9,7 @@ from .importer import Convert, Unsupported, converts
 
 BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
 UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
-         "Neg": "neg", "Abs": "abs", "Erf": "erf", "Floor": "floor", "Ceil": "ceil", "Round": "round",
+         "Neg": "neg", "Abs": "abs", "Erf": "erf", "Floor": "floor", "Ceil": "ceil",
          "Sign": "sign", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Atan": "atan", "Reciprocal": "recip",
          "Softplus": "softplus", "Softsign": "softsign", "Mish": "mish", "HardSwish": "hard_swish"}
 COMPARE = {"Equal": "eq", "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
@@ -93,6 +93,18 @@ def _variadic(cx: Convert, node) -> list:
 @converts(*UNARY)
 def _unary(cx: Convert, node) -> list:
     return [cx.g.activation(UNARY[node.op_type], _float(cx, node))]
+
+
+@converts("Round")
+def _round(cx: Convert, node) -> list:
+    """Round half to even (ONNX, NumPy): `f = ⌊x + ½⌋`, less one where x was a tie and f is odd; |x| ≥ 2²³ is
+    already an integer (and x + ½ would round there)."""
+    g = cx.g
+    x = _float(cx, node)
+    f = g.activation("floor", x + 0.5)
+    odd = f - g.activation("floor", f * 0.5) * 2.0
+    rounded = f - g.where_(g.compare("eq", f - x, g.constant(0.5)), odd, g.constant(0.0))
+    return [g.where_(g.compare("ge", g.activation("abs", x), g.constant(float(2 ** 23))), x, rounded)]
 
 
 def _inverse_and_hyperbolic(g, op: str, x: Value) -> Value:
@@ -198,9 +210,15 @@ def _prelu(cx: Convert, node) -> list:
 
 @converts("Clip")
 def _clip(cx: Convert, node) -> list:
-    x = _float(cx, node)
     lo = cx.attr(node, "min") if cx.opset.get("", 13) < 11 else (cx.tensor(node.input[1]) if cx.has(node, 1) else None)
     hi = cx.attr(node, "max") if cx.opset.get("", 13) < 11 else (cx.tensor(node.input[2]) if cx.has(node, 2) else None)
+    x = cx.tensor(node.input[0])
+    if x.dtype in INTEGERS:                      # exact: i64 max/min, wrapped back to the dtype
+        for op, bound in (("max", lo), ("min", hi)):
+            if bound is not None:
+                x = arithmetic(cx, op, x, bound)
+        return [x]
+    x = _float(cx, node)
     if lo is not None:
         x = cx.g.maximum(x, lo if isinstance(lo, Value) else cx.g.constant(float(lo)))
     if hi is not None:
@@ -246,15 +264,16 @@ def _matmul(cx: Convert, node) -> list:
     if b.ndim == 1:
         out = g.matmul(a, g.reshape(b, [-1, 1]))
         return [g.reshape(out, out.shape[:-1])]
-    return [g.matmul(a, _expand_batch(g, a, b))]
+    return [g.matmul(*_broadcast_batches(g, a, b))]
 
 
-def _expand_batch(g, a: Value, b: Value) -> Value:
-    """`b` broadcast to `a`'s batch dims when both have batch dims that only partly match."""
+def _broadcast_batches(g, a: Value, b: Value) -> tuple[Value, Value]:
+    """`a` and `b` broadcast to their common batch dims when both have batch dims that only partly match."""
     ba, bb = a.shape[:-2], b.shape[:-2]
     if not bb or not ba or ba == bb or int(np.prod(bb)) == 1:
-        return b
-    return g.broadcast_to(b, tuple(np.broadcast_shapes(ba, bb)) + b.shape[-2:])
+        return a, b
+    batch = tuple(np.broadcast_shapes(ba, bb))
+    return tuple(v if v.shape[:-2] == batch else g.broadcast_to(v, batch + v.shape[-2:]) for v in (a, b))
 
 
 @converts("Gemm")
@@ -293,12 +312,15 @@ REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceM
 @converts(*REDUCE, "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
 def _reduce(cx: Convert, node) -> list:
     g = cx.g
-    x = _float(cx, node)
+    x = cx.tensor(node.input[0])
     axes = _axes(cx, node, x.ndim)
     keep = bool(cx.attr(node, "keepdims", 1))
     if axes == ():
         return [x]
     op = node.op_type
+    if x.dtype == DType.Bool and op in ("ReduceMax", "ReduceMin"):     # any / all, exact on 0/1 in f32
+        return [_any_all(cx, x, op == "ReduceMin", axes, keep)]
+    x = _float(cx, node)
     if op in REDUCE:
         return [g.reduce(x, REDUCE[op], axes, keep)]
     if op == "ReduceSumSquare":
@@ -312,6 +334,16 @@ def _reduce(cx: Convert, node) -> list:
     m = g.reduce(x, "max", axes, True)
     s = g.log(g.reduce(g.exp(x - m), "sum", axes, True)) + m
     return [s if keep else g.reshape(s, [d for i, d in enumerate(s.shape) if i not in (axes or range(x.ndim))])]
+
+
+def _any_all(cx: Convert, x: Value, every: bool, axes: tuple[int, ...] | None, keep: bool) -> Value:
+    """ReduceMax (any) or ReduceMin (all, `every`) of a bool tensor; over an empty axis False (any) or True (all)."""
+    g = cx.g
+    reduced = range(x.ndim) if axes is None else axes
+    if any(x.shape[a] == 0 for a in reduced):
+        shape = [1 if a in reduced else d for a, d in enumerate(x.shape) if keep or a not in reduced]
+        return g.constant(np.full(shape, every, np.bool_), DType.Bool)
+    return g.compare("ne", g.reduce(g.cast(x, DType.F32), "min" if every else "max", axes, keep), g.constant(0.0))
 
 
 def _softmax_axis(cx: Convert, node, x: Value) -> tuple[Value, int, tuple | None]:

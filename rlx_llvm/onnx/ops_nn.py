@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..dtypes import DType
 from ..graph import Value
 from .importer import Convert, Unsupported, converts
 from .ops_math import _float
@@ -161,42 +162,87 @@ def _pool(cx: Convert, node) -> list:
         raise Unsupported("the Indices output")
     if int(cx.attr(node, "storage_order", 0)):
         raise Unsupported("storage_order=1")
-    x0 = _float(cx, node)
+    x0 = cx.tensor(node.input[0])
+    if node.op_type == "MaxPool" and x0.dtype in SMALL_INTEGERS:    # exact in f32: max-pool there, cast back
+        return [g.cast(_pool_float(cx, node, g.cast(x0, DType.F32)), x0.dtype)]
+    return [_pool_float(cx, node, _float(cx, node))]
+
+
+SMALL_INTEGERS = (DType.I8, DType.U8, DType.I16)
+
+
+def _pool_float(cx: Convert, node, x0: Value) -> Value:
+    """The pooled float tensor."""
+    g = cx.g
     lp = float(cx.attr(node, "p", 2))
     if node.op_type == "LpPool":                      # (Σ |x|^p)^(1/p): a window sum of |x|^p
         x0 = g.pow(g.activation("abs", x0), g.constant(lp))
-    x, one_d = _as_2d(cx, x0, node.op_type)
     kernel = list(cx.attr(node, "kernel_shape"))
     strides, dil, pads = _spatial(cx, node, x0, kernel)
-    if any(d != 1 for d in dil):
-        raise Unsupported(f"dilations {dil}")
     ceil = bool(cx.attr(node, "ceil_mode", 0))
     sizes, given = list(x0.shape[2:]), pads
-    counts = [_out_count(sz, k, s, 1, p, ceil) for sz, k, s, p in zip(sizes, kernel, strides, pads)]
+    counts = [_out_count(sz, k, s, d, p, ceil) for sz, k, s, d, p in zip(sizes, kernel, strides, dil, pads)]
     # the end pad that makes the last (ceil_mode) window fit
-    pads = [(b, max(e, (n - 1) * s + k - sz - b)) for (b, e), n, s, k, sz in zip(pads, counts, strides, kernel, sizes)]
-    lead = 1 if one_d else 0
-    k2, s2 = (1,) * lead + tuple(kernel), (1,) * lead + tuple(strides)
-    x, begin = _even_pads(cx, x, [(0, 0)] * lead + pads, -3.0e38 if node.op_type == "MaxPool" else 0.0)
-    pool = g.max_pool2d if node.op_type == "MaxPool" else g.avg_pool2d
-    y = _windowed(cx, pool(x, k2, s2, tuple(begin)), counts)
+    pads = [(b, max(e, (n - 1) * s + (k - 1) * d + 1 - sz - b))
+            for (b, e), n, s, k, d, sz in zip(pads, counts, strides, kernel, dil, sizes)]
+    fill = -3.0e38 if node.op_type == "MaxPool" else 0.0
+    if x0.ndim == 3 or (x0.ndim == 4 and all(d == 1 for d in dil)):
+        y = _pooled_2d(cx, node.op_type, x0, kernel, strides, pads, counts, fill)
+    else:
+        y = _pooled_by_gather(cx, node.op_type, x0, kernel, strides, dil, pads, counts, fill)
     if node.op_type == "LpPool":
         y = g.pow(y * float(np.prod(kernel)), g.constant(1.0 / lp))
     elif node.op_type == "AveragePool":
         include_pad = bool(cx.attr(node, "count_include_pad", 0))
-        scale = _window_counts(kernel, strides, given, counts, sizes, include_pad)
+        scale = _window_counts(kernel, strides, dil, given, counts, sizes, include_pad)
         if not np.all(scale == 1.0):
-            y = y * g.constant(scale.reshape((1,) * (4 - scale.ndim) + scale.shape).astype(np.float32))
-    return [g.reshape(y, [*y.shape[:2], y.shape[3]]) if one_d else y]
+            y = y * g.constant(scale.reshape((1,) * (y.ndim - scale.ndim) + scale.shape).astype(np.float32))
+    return g.reshape(y, x0.shape[:2] + tuple(counts))
 
 
-def _window_counts(kernel, strides, pads, counts, sizes, include_pad: bool) -> np.ndarray:
+def _pooled_2d(cx: Convert, op: str, x0: Value, kernel, strides, pads, counts, fill: float) -> Value:
+    """Max or mean over each window by the Pool2D thunk (1-D and 2-D, no dilation), NCHW."""
+    g = cx.g
+    x, one_d = _as_2d(cx, x0, op)
+    lead = 1 if one_d else 0
+    k2, s2 = (1,) * lead + tuple(kernel), (1,) * lead + tuple(strides)
+    x, begin = _even_pads(cx, x, [(0, 0)] * lead + pads, fill)
+    pool = g.max_pool2d if op == "MaxPool" else g.avg_pool2d
+    return _windowed(cx, pool(x, k2, s2, tuple(begin)), counts)
+
+
+def _pooled_by_gather(cx: Convert, op: str, x0: Value, kernel, strides, dil, pads, counts, fill: float) -> Value:
+    """Max or mean over each window, any number of spatial axes and dilations: the padded input's spatial axes
+    flattened, every window's taps gathered by constant indices `[positions · taps]`, reduced over the taps."""
+    g = cx.g
+    n, c = x0.shape[:2]
+    x = x0
+    for axis, (b, e) in enumerate(pads, start=2):             # pad both ends with `fill`
+        blocks = [np.full((*x.shape[:axis], m, *x.shape[axis + 1:]), fill, np.float32) for m in (b, e)]
+        x = g.concat([v for v in (g.constant(blocks[0]) if b else None, x, g.constant(blocks[1]) if e else None)
+                      if v is not None], axis)
+    padded = x.shape[2:]
+    coords = _grid([np.arange(m) * s for m, s in zip(counts, strides)])[:, None] \
+        + _grid([np.arange(k) * d for k, d in zip(kernel, dil)])[None, :]            # [positions, taps, axes]
+    where = np.ravel_multi_index(tuple(np.moveaxis(coords, -1, 0)), padded)
+    idx = g.constant(where.reshape(-1).astype(np.int64))
+    flat = g.reshape(x, [n, c, int(np.prod(padded))])
+    windows = g.reshape(g.gather(flat, idx, 2), [n, c, int(np.prod(counts)), int(np.prod(kernel))])
+    return g.reshape(g.reduce(windows, "max" if op == "MaxPool" else "mean", (3,)), [n, c, *counts])
+
+
+def _grid(axes: list[np.ndarray]) -> np.ndarray:
+    """Every combination of the per-axis values, row-major: `[∏ len, number of axes]`."""
+    return np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(axes))
+
+
+def _window_counts(kernel, strides, dil, pads, counts, sizes, include_pad: bool) -> np.ndarray:
     """`window size / elements ONNX averages over` per output position (outer product over axes)."""
     scale = np.ones((), np.float64)
-    for k, s, (b, e), n, size in zip(kernel, strides, pads, counts, sizes):
+    for k, s, d, (b, e), n, size in zip(kernel, strides, dil, pads, counts, sizes):
         lo, hi = (-b, size + e) if include_pad else (0, size)
-        starts = np.arange(n) * s - b
-        valid = np.minimum(starts + k, hi) - np.maximum(starts, lo)
+        taps = (np.arange(n) * s - b)[:, None] + np.arange(k)[None, :] * d
+        valid = ((taps >= lo) & (taps < hi)).sum(axis=1)
         scale = np.multiply.outer(scale, k / valid)
     return scale
 
