@@ -90,7 +90,7 @@ PREFETCH_STEPS = 8         # steps ahead whose x, Δ, y lines are requested (eac
 CHUNK = 64                 # steps a block runs before the next block of its group takes the same rows
 GROUP = 8                  # blocks sharing a chunk of rows (their states wait in per-thread scratch)
 MAMBA2_VECTORS = 4         # Mamba2 block: 4 vectors share each step's decay and B_i, C_i broadcasts
-                           # (0.81× / 0.87× the time of 1–2 vectors at n = 16 / 64, the same at 128)
+MAX_CARRIED = 256          # state vectors a block carries at most (LLVM allocates more for seconds)
 
 
 def exp2_decay(b: ir.IRBuilder, delta: ir.Value, a2: ir.Value, checked: bool) -> ir.Value:
@@ -383,6 +383,12 @@ def selective_scan(ctx: EmitContext, t: T.SelectiveScan) -> None:
                       lambda sub, batch, first, parts: ScanBlock(sub, t, SeqLayout(batch, first, t.hidden), parts))
 
 
+def mamba2_vectors(n: int) -> int:
+    """Vectors per Mamba2 block: MAMBA2_VECTORS (0.81× / 0.87× the time of 1–2 vectors at n = 16 / 64), at
+    most MAX_CARRIED state vectors (n = 128: 2 vectors — 4 took 9 s to compile, 2 take 3 s and run as fast)."""
+    return max(1, min(MAMBA2_VECTORS, MAX_CARRIED // max(1, n)))
+
+
 @lowering(T.Mamba2, check=check_state_size)
 def mamba2(ctx: EmitContext, t: T.Mamba2) -> None:
     """The sequences are the (batch, head) pairs, the channels a head's `head_dim` (x / y rows of `heads·head_dim`,
@@ -395,7 +401,7 @@ def mamba2(ctx: EmitContext, t: T.Mamba2) -> None:
         return Mamba2Block(sub, t, SeqLayout(batch, iadd(b, b.mul(head, I64(p)), first), h * p, h, head), parts, head)
 
     if t.seq and t.state_size and p:
-        diagonal_scan(ctx, t, t.batch * h, p, MAMBA2_VECTORS, make)
+        diagonal_scan(ctx, t, t.batch * h, p, mamba2_vectors(t.state_size), make)
 
 
 class Token(NamedTuple):
