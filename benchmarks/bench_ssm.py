@@ -13,7 +13,8 @@
   register-resident arguments, timed in the same run (`vecmath.exp` is shown beside it).  The scan also
   needs the update's multiply and two fmas, so this bound is not reachable either; it shows what limits.
 * Both kernels are checked against the float64 NumPy reference before they are timed.  Medians of the calling
-  thread's CPU time (`time.thread_time`) and of wall time, interleaved rounds; the 2-thread row is wall time.
+  thread's CPU time (`time.thread_time`) and of wall time, interleaved rounds.  At 2 threads the wall time and
+  the calling thread's CPU time (its share of the work: about half when the split is even) are shown.
 * `--against REV` loads the ssm emitter of git revision REV beside the current one (same process, same rounds)
   and reports both — the before/after of an emitter change.
 """
@@ -232,9 +233,12 @@ def main() -> None:
             ratio = common.paired_ratio(timing[case.name], timing["copy"]) * timing["copy"].median / bound
             line = (f"  {case.name}: {ours:.2f} ms   bandwidth bound {bound:.2f} ms ({case.moved / 1e6:.1f} MB) "
                     f"-> {ratio:.2f}x the bound")
+            two = timing[case.name + " @2"]
             if clock == "wall":
-                line += (f"   2 threads {timing[case.name + ' @2'].median:.2f} ms "
-                         f"(1->2 speedup {1 / common.paired_ratio(timing[case.name + ' @2'], timing[case.name]):.2f}x)")
+                line += (f"   2 threads {two.median:.2f} ms "
+                         f"(1->2 speedup {1 / common.paired_ratio(two, timing[case.name]):.2f}x)")
+            else:
+                line += f"   2 threads: the calling thread's share {two.median:.2f} ms"
             if older:
                 was = timing[case.name + " @" + args.against]
                 line += (f"   {args.against}: {was.median:.2f} ms "
