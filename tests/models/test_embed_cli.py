@@ -203,10 +203,13 @@ def journal_lines(out: Path) -> list[str]:
     return (partial_folder(out) / JOURNAL).read_text().splitlines()
 
 
-def test_an_interrupted_run_resumes_to_the_same_bytes(tiny, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", ["npy", "parquet"])
+def test_an_interrupted_run_resumes_to_the_same_bytes(tiny, tmp_path, monkeypatch, kind):
+    if kind == "parquet":
+        pytest.importorskip("pyarrow")
     src = tmp_path / "in.txt"
     src.write_text("".join(t + "\n" for t in texts(60, seed=1)))
-    whole, out = tmp_path / "whole.npy", tmp_path / "out.npy"
+    whole, out = tmp_path / f"whole.{kind}", tmp_path / f"out.{kind}"
     embed_file(tiny, src, whole, chunk_size=16, batch_size=4, progress=False)
     interrupted_run(tiny, src, out, monkeypatch, 2, chunk_size=16, batch_size=4)
     with pytest.raises(ValueError, match="unfinished run"):
