@@ -21,21 +21,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from bench_onnx_models import ort_session  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 import rlx_llvm as rl  # noqa: E402
 from rlx_llvm.onnx.ops_models import packaged_model, specialize  # noqa: E402
-
-
-def ort_session(proto, threads: int):
-    """ONNX Runtime, CPU, sequential execution, `threads` intra-op threads."""
-    import onnxruntime as ort
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def audio(streams: int, chunks: int) -> np.ndarray:

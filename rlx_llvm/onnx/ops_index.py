@@ -53,7 +53,12 @@ def _mod(cx: Convert, node) -> list:
     if int(cx.attr(node, "fmod", 0)):      # C fmod: the quotient truncated toward zero
         trunc = g.activation("sign", q) * g.activation("floor", g.activation("abs", q))
         return [a - trunc * b]
-    return [a - g.activation("floor", q) * b]
+    floored = a - g.activation("floor", q) * b
+    # a finite `a` over b = ±inf is `a` when their signs agree (or a = 0), else b — NumPy's rule; the formula gives NaN
+    inf, zero = (g.constant(v) if a.dtype == DType.F32 else g.cast(g.constant(v), a.dtype) for v in (float("inf"), 0.0))
+    same_sign = g.where_(g.compare("ge", g.activation("sign", a) * g.activation("sign", b), zero), a, b)
+    finite_a = g.where_(g.compare("lt", g.activation("abs", a), inf), same_sign, floored)
+    return [g.where_(g.compare("eq", g.activation("abs", b), inf), finite_a, floored)]
 
 
 # ── arg reductions, top-k, cumulative sums ──────────────────────────────────

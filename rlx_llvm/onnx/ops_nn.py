@@ -3,7 +3,9 @@ BatchNormalization (inference), InstanceNormalization, GroupNormalization, RMSNo
 LpNormalization, MeanVarianceNormalization.
 
 1-D ops run as 2-D ones over an `h = 1` image.  Asymmetric pads (explicit or `auto_pad=SAME_*`) run
-with the larger pad on both sides and narrow the output to the windows ONNX asks for.
+with the larger pad on both sides and narrow the output to the windows ONNX asks for.  Pooling over three
+spatial axes, with dilations, or with MaxPool's Indices output gathers every window's taps from the padded,
+flattened input by constant indices and reduces over them (`_pooled_by_gather`); the others use Pool2D.
 """
 from __future__ import annotations
 
@@ -158,22 +160,21 @@ def _conv_transpose(cx: Convert, node) -> list:
 @converts("MaxPool", "AveragePool", "LpPool")
 def _pool(cx: Convert, node) -> list:
     g = cx.g
-    if len(node.output) > 1 and node.output[1]:
-        raise Unsupported("the Indices output")
-    if int(cx.attr(node, "storage_order", 0)):
-        raise Unsupported("storage_order=1")
     x0 = cx.tensor(node.input[0])
     if node.op_type == "MaxPool" and x0.dtype in SMALL_INTEGERS:    # exact in f32: max-pool there, cast back
-        return [g.cast(_pool_float(cx, node, g.cast(x0, DType.F32)), x0.dtype)]
-    return [_pool_float(cx, node, _float(cx, node))]
+        y, *indices = _pool_float(cx, node, g.cast(x0, DType.F32))
+        return [g.cast(y, x0.dtype), *indices]
+    return _pool_float(cx, node, _float(cx, node))
 
 
 SMALL_INTEGERS = (DType.I8, DType.U8, DType.I16)
 
 
-def _pool_float(cx: Convert, node, x0: Value) -> Value:
-    """The pooled float tensor."""
+def _pool_float(cx: Convert, node, x0: Value) -> list:
+    """The pooled float tensor (and MaxPool's Indices output when the node asks for it)."""
     g = cx.g
+    indices = len(node.output) > 1 and bool(node.output[1])
+    column_major = bool(cx.attr(node, "storage_order", 0))      # only the Indices depend on it
     lp = float(cx.attr(node, "p", 2))
     if node.op_type == "LpPool":                      # (Σ |x|^p)^(1/p): a window sum of |x|^p
         x0 = g.pow(g.activation("abs", x0), g.constant(lp))
@@ -186,10 +187,13 @@ def _pool_float(cx: Convert, node, x0: Value) -> Value:
     pads = [(b, max(e, (n - 1) * s + (k - 1) * d + 1 - sz - b))
             for (b, e), n, s, k, d, sz in zip(pads, counts, strides, kernel, dil, sizes)]
     fill = -3.0e38 if node.op_type == "MaxPool" else 0.0
-    if x0.ndim == 3 or (x0.ndim == 4 and all(d == 1 for d in dil)):
+    if not indices and (x0.ndim == 3 or (x0.ndim == 4 and all(d == 1 for d in dil))):
         y = _pooled_2d(cx, node.op_type, x0, kernel, strides, pads, counts, fill)
     else:
-        y = _pooled_by_gather(cx, node.op_type, x0, kernel, strides, dil, pads, counts, fill)
+        y, where = _pooled_by_gather(cx, node.op_type, x0, kernel, strides, dil, pads, counts, fill, indices,
+                                     column_major)
+        if where is not None:
+            return [y, where]
     if node.op_type == "LpPool":
         y = g.pow(y * float(np.prod(kernel)), g.constant(1.0 / lp))
     elif node.op_type == "AveragePool":
@@ -197,7 +201,7 @@ def _pool_float(cx: Convert, node, x0: Value) -> Value:
         scale = _window_counts(kernel, strides, dil, given, counts, sizes, include_pad)
         if not np.all(scale == 1.0):
             y = y * g.constant(scale.reshape((1,) * (y.ndim - scale.ndim) + scale.shape).astype(np.float32))
-    return g.reshape(y, x0.shape[:2] + tuple(counts))
+    return [g.reshape(y, x0.shape[:2] + tuple(counts))]
 
 
 def _pooled_2d(cx: Convert, op: str, x0: Value, kernel, strides, pads, counts, fill: float) -> Value:
@@ -211,11 +215,14 @@ def _pooled_2d(cx: Convert, op: str, x0: Value, kernel, strides, pads, counts, f
     return _windowed(cx, pool(x, k2, s2, tuple(begin)), counts)
 
 
-def _pooled_by_gather(cx: Convert, op: str, x0: Value, kernel, strides, dil, pads, counts, fill: float) -> Value:
+def _pooled_by_gather(cx: Convert, op: str, x0: Value, kernel, strides, dil, pads, counts, fill: float,
+                      indices: bool = False, column_major: bool = False) -> tuple[Value, Value | None]:
     """Max or mean over each window, any number of spatial axes and dilations: the padded input's spatial axes
-    flattened, every window's taps gathered by constant indices `[positions · taps]`, reduced over the taps."""
+    flattened, every window's taps gathered by constant indices `[positions · taps]`, reduced over the taps.
+    With `indices`, also MaxPool's Indices: the first maximum's flat index into the unpadded `x0` (its spatial
+    axes column-major with `column_major`, ONNX's storage_order = 1)."""
     g = cx.g
-    n, c = x0.shape[:2]
+    n, c, *sizes = x0.shape
     x = x0
     for axis, (b, e) in enumerate(pads, start=2):             # pad both ends with `fill`
         blocks = [np.full((*x.shape[:axis], m, *x.shape[axis + 1:]), fill, np.float32) for m in (b, e)]
@@ -227,8 +234,17 @@ def _pooled_by_gather(cx: Convert, op: str, x0: Value, kernel, strides, dil, pad
     where = np.ravel_multi_index(tuple(np.moveaxis(coords, -1, 0)), padded)
     idx = g.constant(where.reshape(-1).astype(np.int64))
     flat = g.reshape(x, [n, c, int(np.prod(padded))])
-    windows = g.reshape(g.gather(flat, idx, 2), [n, c, int(np.prod(counts)), int(np.prod(kernel))])
-    return g.reshape(g.reduce(windows, "max" if op == "MaxPool" else "mean", (3,)), [n, c, *counts])
+    positions, taps = int(np.prod(counts)), int(np.prod(kernel))
+    windows = g.reshape(g.gather(flat, idx, 2), [n, c, positions, taps])
+    y = g.reshape(g.reduce(windows, "max" if op == "MaxPool" else "mean", (3,)), [n, c, *counts])
+    if not indices:
+        return y, None
+    inside = np.clip(coords - np.array([b for b, _ in pads]), 0, np.array(sizes) - 1)   # a padded tap never wins
+    spatial = np.ravel_multi_index(tuple(np.moveaxis(inside, -1, 0)), sizes, order="F" if column_major else "C")
+    table = g.constant(np.broadcast_to(spatial, (n, c, positions, taps)).astype(np.int64))
+    at = g.gather_elements(table, g.argmax(windows, 3, True), 3)                       # [n, c, positions, 1]
+    plane = g.constant((np.arange(n * c, dtype=np.int64) * int(np.prod(sizes))).reshape(n, c, 1, 1))
+    return y, g.reshape(g.wide_binary("add", at, plane), [n, c, *counts])
 
 
 def _grid(axes: list[np.ndarray]) -> np.ndarray:
