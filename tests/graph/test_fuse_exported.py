@@ -64,7 +64,8 @@ def exported_graph(w: dict, *, neg: float | None = F32_MIN, one: float = 1.0, sc
     return g
 
 
-def exported_reference(w: dict, keep: np.ndarray | None, neg: float, one: float = 1.0, axis: int = -1) -> np.ndarray:
+def exported_reference(w: dict, keep: np.ndarray | None, neg: float | None, one: float = 1.0,
+                       axis: int = -1) -> np.ndarray:
     """The exporter's arithmetic in NumPy (additive mask, f64)."""
     x = w["x"].astype(np.float64)
     q, k, v = (x @ w[f"{p}_w"] + w[f"{p}_b"] for p in "qkv")
@@ -86,26 +87,25 @@ def run(g: rl.Graph, w: dict, keep: np.ndarray | None) -> tuple[np.ndarray, list
     return out, [type(t).__name__ for t in cg.schedule.thunks], cg.report()
 
 
-FUSED = {
-    "finfo.min mask, a fully masked row": dict(kw={}, all_masked=True),
-    "-1e4 mask": dict(kw=dict(neg=-1e4), all_masked=False),
-    "no mask": dict(kw=dict(neg=None), all_masked=False),
-    "scale on q": dict(kw=dict(scale_on="q"), all_masked=False),
-    "kᵀ as two transposes": dict(kw=dict(k_steps=2), all_masked=False),
+FUSED = {                                     # variant → (exported_graph keywords, a fully masked row)
+    "finfo.min mask, a fully masked row": (dict(), True),
+    "-1e4 mask": (dict(neg=-1e4), False),
+    "no mask": (dict(neg=None), False),
+    "scale on q": (dict(scale_on="q"), False),
+    "kᵀ as two transposes": (dict(k_steps=2), False),
 }
 
 
 @pytest.mark.parametrize("case", FUSED)
 def test_exported_attention_becomes_one_attention(case):
-    w, spec = weights(), FUSED[case]
-    kw = spec["kw"]
-    keep = None if kw.get("neg", 0) is None else keep_mask(spec["all_masked"])
+    (kw, all_masked), w = FUSED[case], weights()
+    neg = kw.get("neg", F32_MIN)
+    keep = None if neg is None else keep_mask(all_masked)
     got, kinds, report = run(exported_graph(w, **kw), w, keep)
     assert kinds.count("Attention") == 1, report
     assert not {"Softmax", "BatchedSgemm", "Transpose"} & set(kinds), report
     assert "exported_attention:" in report
-    want = exported_reference(w, keep, kw.get("neg", F32_MIN) or 0.0)
-    assert_close(got, want.astype(np.float32), rtol=1e-5, atol=1e-5, what=case)
+    assert_close(got, exported_reference(w, keep, neg).astype(np.float32), rtol=1e-5, atol=1e-5, what=case)
 
 
 NEAR_MISSES = {
