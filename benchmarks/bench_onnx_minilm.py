@@ -85,7 +85,6 @@ def bench(path: str, feeds: dict, threads: int, rounds: int, unfused: bool, tabl
 
 def gemm_programs(m: int, k: int, n: int):
     """`(ours, ort)` calls computing `x[m, k] @ w[k, n] + b` once each (ours: one FusedMmBiasAct thunk)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     from rlx_llvm import thunks as T
     from rlx_llvm.arena import Arena
