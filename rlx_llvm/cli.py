@@ -71,10 +71,13 @@ def _read_input(path: str, what: str) -> bytes:
 def _load(path: str) -> "ThunkSchedule":
     """The schedule in a JSON file; errors name the file."""
     from .errors import ValidationError
+    from .limits import check_schedule
     from .schedule import ThunkSchedule
     text = _read_input(path, "schedule file")
     try:
-        return ThunkSchedule.from_json(text.decode())
+        sched = ThunkSchedule.from_json(text.decode())
+        check_schedule(sched)   # the sizes it names, before anything is compiled or allocated for it
+        return sched
     except (ValidationError, UnicodeDecodeError) as exc:
         kind = type(exc) if isinstance(exc, ValidationError) else ValidationError
         raise kind(f"schedule file {path}: {exc}") from None

@@ -93,7 +93,6 @@ class ThunkSchedule:
         if not isinstance(arena_bytes, int) or isinstance(arena_bytes, bool) or arena_bytes < 0:
             raise ValidationError(f"arena_bytes must be a non-negative integer, got {arena_bytes!r}",
                                   field="arena_bytes")
-        limits.check_bytes("the schedule's arena", arena_bytes, field="arena_bytes")
         consts = {}
         for key in _FLOAT_KEYS:
             if key in data:

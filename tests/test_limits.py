@@ -61,10 +61,11 @@ def test_the_argument_wins_over_the_environment(monkeypatch, budget):
         budget(0)
 
 
-def test_schedule_documents_are_checked_before_decoding(budget):
+def test_schedules_are_checked_before_decoding_or_compiling(budget):
     doc = {"format": "rlx-llvm-schedule", "version": 1, "arena_bytes": 10 ** 13, "thunks": []}
+    huge = rl.ThunkSchedule.from_json(json.dumps(doc))     # a document may describe a bigger machine's schedule…
     with pytest.raises(rl.LimitError, match="field 'arena_bytes'.*10000000000000 bytes"):
-        rl.ThunkSchedule.from_json(json.dumps(doc))
+        rl.compile(huge)                                   # …but nothing is compiled or allocated for it here
     budget("1M")   # 1 MiB / 48 KiB per thunk → 21 thunks at most
     doc = {**doc, "arena_bytes": 64, "thunks": ["Nop"] * 22}
     with pytest.raises(rl.LimitError, match="holds 22 thunks, over the limit of 21"):
