@@ -1,0 +1,256 @@
+"""Where cold compile time goes, and the first-run figures of issue 19 (docs/compile.md).
+
+    cd /work/main && PYTHONPATH=. python benchmarks/bench_compile.py            # everything
+    cd /work/main && PYTHONPATH=. python benchmarks/bench_compile.py --only breakdown
+
+Sections (each run in fresh subprocesses where a new process is the point):
+* import     — `python -c "import rlx_llvm"` against bare `python -c pass` and `import numpy`;
+* breakdown  — per thunk kind of MiniLM 1×128 (each kind compiled alone, cache off): IR size, emit,
+               parse+verify, IR passes, codegen for O3 and for the quick tier; then the whole module;
+* first run  — cache off, a new MiniLM shape after another shape ran: first embedding (compile
+               included) and the time until calls run at steady speed, untiered and RLX_LLVM_TIERED=1;
+* cached     — the same shape compiled by a new process with the object cache warm;
+* memory     — RSS growth per compile-and-drop of a small schedule, after 100 warm-up cycles.
+
+Times are wall medians with CPU (thread/process) time beside them: the host may be shared.  Bytecode
+is cached under a temporary PYTHONPYCACHEPREFIX so import times are those of an installed package.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYCACHE = os.path.join(tempfile.gettempdir(), "rlx_bench_pycache")
+
+
+def _env(**extra: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONPYCACHEPREFIX=PYCACHE, **extra)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _child(code: str, **env: str) -> dict:
+    """Run `code` in a fresh interpreter; it prints one JSON line last."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(**env),
+                          timeout=1800)
+    if proc.returncode:
+        raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _process_ms(statement: str, rounds: int = 7) -> tuple[float, float]:
+    """Median wall and CPU (user + system) ms of `python -c statement`, after one warm-up."""
+    walls, cpus = [], []
+    for i in range(rounds + 1):
+        before = os.times()
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", statement], check=True, env=_env())
+        wall = (time.perf_counter() - t0) * 1e3
+        after = os.times()
+        if i:
+            walls.append(wall)
+            cpus.append((after.children_user + after.children_system
+                         - before.children_user - before.children_system) * 1e3)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def section_import() -> None:
+    print("\n== import (new process, wall / CPU ms, median of 7) ==")
+    base = _process_ms("pass")
+    for stmt in ("pass", "import numpy", "import rlx_llvm", "import rlx_llvm; rlx_llvm.thunks",
+                 "import rlx_llvm; rlx_llvm.compile"):
+        wall, cpu = _process_ms(stmt)
+        print(f"  {stmt:<38} {wall:7.1f} / {cpu:6.1f}   (over bare python: {wall - base[0]:6.1f} / {cpu - base[1]:6.1f})")
+
+
+BREAKDOWN = r"""
+import json, time
+import numpy as np
+import rlx_llvm as rl
+from rlx_llvm import jit
+from rlx_llvm.models import load_minilm
+enc = load_minilm()
+program = enc.compiled(1, 128).program
+schedule = program.schedule
+rows = []
+
+def phases(ir):
+    out = {}
+    for tier, fn in (("o3", lambda: jit.compile_ir(ir)), ("quick", lambda: jit.compile_quick(ir))):
+        best = None
+        for _ in range(3):
+            c0 = time.thread_time(); code = fn(); cpu = (time.thread_time() - c0) * 1e3
+            if best is None or cpu < best[0]:
+                best = (cpu, code.timings_ms)
+        out[tier] = {"cpu": best[0], **best[1]}
+    return out
+
+seen = {}
+for i, t in enumerate(schedule.thunks):
+    kind = type(t).__name__
+    if kind in seen:
+        seen[kind]["count"] += 1
+        continue
+    single = rl.ThunkSchedule([t], arena_bytes=schedule.arena_bytes)
+    p = rl.compile(single, cache=False, tiered=False)
+    ir = p.llvm_ir()
+    seen[kind] = {"kind": kind, "count": 1, "ir_chars": len(ir), "emit": p.report().timings_ms["emit"], **phases(ir)}
+whole = {"kind": "MiniLM 1x128 module", "count": len(schedule.thunks), "ir_chars": len(program.llvm_ir()),
+         "emit": program.report().timings_ms["emit"], **phases(program.llvm_ir())}
+print(json.dumps({"kinds": list(seen.values()), "whole": whole}))
+"""
+
+
+def section_breakdown() -> None:
+    print("\n== cold compile breakdown, MiniLM 1x128 (cache off; ms; CPU = thread time, best of 3) ==")
+    got = _child(BREAKDOWN, RLX_LLVM_CACHE="0")
+    head = (f"  {'kind':<22} {'n':>3} {'IR KB':>6} {'emit':>6} │ {'O3: parse':>9} {'passes':>7} {'codegen':>7} "
+            f"{'CPU':>6} │ {'quick: passes':>13} {'codegen':>7} {'CPU':>6}")
+    print(head)
+    for r in got["kinds"] + [got["whole"]]:
+        o3, q = r["o3"], r["quick"]
+        print(f"  {r['kind'][:22]:<22} {r['count']:>3} {r['ir_chars'] / 1e3:6.1f} {r['emit']:6.1f} │ "
+              f"{o3['parse_verify']:9.1f} {o3['optimize']:7.1f} {o3['codegen']:7.1f} {o3['cpu']:6.1f} │ "
+              f"{q['optimize']:13.1f} {q['codegen']:7.1f} {q['cpu']:6.1f}")
+    print("  (the six FusedBertLayers share one body: emitted and compiled once; 'emit' includes the IR text)")
+
+
+FIRST_RUN = r"""
+import json, statistics, sys, time
+import numpy as np
+import rlx_llvm as rl
+from rlx_llvm.models import load_minilm
+rl.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+enc = load_minilm()
+rng = np.random.default_rng(0)
+def embed(b, s):
+    ids = rng.integers(1000, 20000, (b, s)); mask = np.ones((b, s), np.float32)
+    return lambda: enc.embed_tokens(ids, mask)
+embed(1, 16)()                                   # another shape first: models, arena, emitters loaded
+enc.compiled(1, 16).program.wait_optimized()
+run = embed(1, 128)
+t0 = time.perf_counter(); c0 = time.thread_time()
+first = run()
+first_ms, first_cpu = (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3
+program = enc.compiled(1, 128).program
+calls = []                            # (seconds since the shape was asked for, call ms, tier, call CPU ms)
+while time.perf_counter() - t0 < 30 and (program.tier == 1 or sum(c[2] == 2 for c in calls) < 15):
+    a, c = time.perf_counter(), time.thread_time(); run()
+    calls.append((a - t0, (time.perf_counter() - a) * 1e3, program.tier, (time.thread_time() - c) * 1e3))
+steady = statistics.median(c[1] for c in calls[-10:])
+reached = next(c[0] + c[1] / 1e3 for c in calls if c[1] <= 1.1 * steady)
+print(json.dumps({"first_ms": first_ms, "first_cpu": first_cpu, "compile_ms": enc.last_compile_ms,
+                  "steady_ms": steady, "steady_at_s": reached, "timings": program.report().timings_ms,
+                  "cpu_by_tier": {t: sorted(c[3] for c in calls if c[2] == t) for t in (1, 2)}}))
+"""
+
+
+def section_first_run() -> None:
+    print("\n== a new MiniLM shape (1x128 after 1x16), object cache off, 1 thread ==")
+    for label, env in (("untiered (O3)", {"RLX_LLVM_TIERED": "0"}), ("tiered", {"RLX_LLVM_TIERED": "1"})):
+        r = _child(FIRST_RUN, RLX_LLVM_CACHE="0", **env)
+        tiers = ", ".join(f"tier {t} {statistics.median(v):.1f}" for t, v in r["cpu_by_tier"].items() if v)
+        print(f"  {label:<14} first embedding {r['first_ms']:7.1f} ms (its thread's CPU {r['first_cpu']:6.1f}; "
+              f"compile {r['compile_ms']:6.1f}); steady {r['steady_ms']:.1f} ms/call from {r['steady_at_s']:.2f} s; "
+              f"call CPU medians: {tiers}")
+        print(f"  {'':<14} timings {json.dumps({k: round(v, 1) for k, v in r['timings'].items()})}")
+
+
+CACHED = r"""
+import json, os, sys, time
+import numpy as np
+import rlx_llvm as rl
+import rlx_llvm.program                          # LLVM loaded: what follows is the warm start itself
+from rlx_llvm.models import load_minilm
+path = os.path.join(os.environ["RLX_LLVM_CACHE_DIR"], "minilm-1x128.json")
+if sys.argv[1] == "fill":
+    program = load_minilm().compiled(1, 128).program
+    program.wait_optimized()
+    open(path, "w").write(program.schedule.to_json())
+    print(json.dumps({}))
+    raise SystemExit
+schedule = rl.ThunkSchedule.from_json(open(path).read())
+t0, c0 = time.perf_counter(), time.thread_time()
+program = rl.compile(schedule)
+ms, cpu = (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3
+enc = load_minilm()
+t1, c1 = time.perf_counter(), time.thread_time()
+enc.compiled(1, 128)
+print(json.dumps({"compile_ms": ms, "cpu": cpu, "from_cache": program.report().from_cache,
+                  "encoder_ms": (time.perf_counter() - t1) * 1e3, "encoder_cpu": (time.thread_time() - c1) * 1e3}))
+"""
+
+
+def section_cached() -> None:
+    print("\n== MiniLM 1x128 in a new process, object cache warm (median of 5 processes) ==")
+    with tempfile.TemporaryDirectory() as cache_dir:
+        env = _env(RLX_LLVM_CACHE_DIR=cache_dir, RLX_LLVM_CACHE="1")
+        runs = [json.loads(subprocess.run([sys.executable, "-c", CACHED, mode], capture_output=True, text=True,
+                                          env=env, timeout=1800, check=True).stdout.strip().splitlines()[-1])
+                for mode in ["fill"] + ["use"] * 5][1:]
+
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+    print(f"  rl.compile(schedule), a warm start: {med('compile_ms'):.1f} ms (CPU {med('cpu'):.1f}); "
+          f"from cache: {all(r['from_cache'] for r in runs)}")
+    print(f"  the encoder's first use of the shape (graph build + arena with the weights + that warm start): "
+          f"{med('encoder_ms'):.1f} ms (CPU {med('encoder_cpu'):.1f})")
+
+
+MEMORY = r"""
+import gc, json, sys
+import rlx_llvm as rl
+from rlx_llvm import thunks as T
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+def cycle(i):
+    rl.compile(rl.ThunkSchedule([T.Copy(src=0, dst=8192, len=1024 + 4 * (i % 7)),
+                                 T.Copy(src=8192, dst=12288, len=64 + i % 5)], arena_bytes=16384), cache=False)
+for i in range(100):
+    cycle(i)
+gc.collect(); r0 = rss()
+n = int(sys.argv[1])
+for i in range(n):
+    cycle(i)
+gc.collect()
+print(json.dumps({"per_cycle": (rss() - r0) / n, "n": n}))
+"""
+
+
+def section_memory(cycles: int) -> None:
+    print("\n== compile-and-drop ==")
+    proc = subprocess.run([sys.executable, "-c", MEMORY, str(cycles)], capture_output=True, text=True,
+                          env=_env(RLX_LLVM_CACHE="0"), timeout=3600, check=True)
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"  {r['n']} cycles after 100: RSS +{r['per_cycle'] / 1024:.2f} KB per compile "
+          f"(→ {r['per_cycle'] * 10000 / 2**20:.1f} MB per 10 000)")
+
+
+SECTIONS = {"import": section_import, "breakdown": section_breakdown, "first": section_first_run,
+            "cached": section_cached}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=[*SECTIONS, "memory"], action="append")
+    ap.add_argument("--cycles", type=int, default=2000, help="compile-and-drop cycles for the memory section")
+    args = ap.parse_args()
+    print(f"machine: {common.cpu_model()} ({common.cpu_name()}), {common.cores()}, load {common.load_average()}")
+    for name in args.only or [*SECTIONS, "memory"]:
+        section_memory(args.cycles) if name == "memory" else SECTIONS[name]()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
