@@ -178,8 +178,8 @@ class EmitContext:
                      grain: int = 1, min_work: int = 1) -> None:
         """Split `[0, n)` across rlx_llvm's threads: each runs `body(ctx, start, stop)`.
 
-        The body is emitted once into an outlined function `<thunk>.par<K>(ptr data)` that takes
-        its share from `omp_get_thread_num()`; `GOMP_parallel` forks and joins (a few µs).  Each
+        The body is emitted once into an outlined function `<thunk>.par<K>(ptr data, i64 chunk, i64
+        slot)`; `rlx_parallel` (rlx_llvm's pool, docs/runtime.md) forks and joins (< 1 µs).  Each
         thread gets its own scratch (the body's `ctx.scratch_alloc` is per thread); the caller's
         intermediates stay reachable through `ctx.shared`.  Threads claim chunks
         (about 4 per thread) from a shared counter, so a descheduled thread holds up little; chunks are

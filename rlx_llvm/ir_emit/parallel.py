@@ -1,28 +1,57 @@
-"""rlx_llvm's own threads: `EmitContext.parallel_for` on top of libgomp's `GOMP_parallel`.
+"""rlx_llvm's own threads: `EmitContext.parallel_for` on rlx_llvm's pool (`kernels.pool`, docs/runtime.md).
 
-The thread count native code reads at run time (`@rlx_num_threads`) and the libgomp runtime live in
-`kernels.gomp`; this module emits the fork/join and the outlined bodies.
+The region's body is emitted once into an outlined function `void <thunk>.par<K>(ptr data, i64
+chunk, i64 slot)` that runs items `[chunk·items, min(n, (chunk+1)·items))` with the per-thread
+scratch of `slot`; the caller forks with `rlx_parallel(body, data, chunks, threads)`, which runs
+the chunks on the pool (the caller works too, and joins only the chunks workers claimed).  With
+`RLX_LLVM_RUNTIME=gomp` the same bodies run under libgomp's `GOMP_parallel` instead (for A/B runs).
 """
 from __future__ import annotations
 
+import os
+import re
+
+import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..kernels.gomp import MAX_THREADS, get_threads, register_runtime, set_threads  # noqa: F401  (re-exported)
+from ..kernels.pool import FORK_SYMBOL, MAX_THREADS, get_threads, set_threads  # noqa: F401  (re-exported)
+from ..kernels.pool import register_runtime as _register_pool
 from .context import EmitContext
 from .toolkit import I32, I64, PTR, entry_alloca
 
-# The outlined body gets `[5 x ptr]`: arena, per-thread scratch base, a pointer to the i64
-# per-thread scratch stride (known only after the body is emitted), the caller's shared
-# scratch (where the thunk keeps its intermediates, `EmitContext.shared`), and the i64 counter
-# threads claim chunks from.  Array GEPs keep
-# llvmlite's pointer types consistent where struct GEPs do not.
+# The outlined body gets `[6 x ptr]`: arena, per-thread scratch base, a pointer to the i64
+# per-thread scratch stride (known only after the body is emitted), the caller's shared scratch
+# (where the thunk keeps its intermediates, `EmitContext.shared`), a pointer to the i64 items per
+# chunk (known at run time, from the thread count), and — under GOMP only — a pointer to the
+# `[next chunk, chunks]` pair its threads claim from.  Array GEPs keep llvmlite's pointer types
+# consistent where struct GEPs do not.
 #
 # No overlap: a thunk's scratch offsets only ever grow (a bump allocator, never reused), and the
 # per-thread regions are reserved in the caller *after* the body is emitted, so they lie beyond
-# every intermediate allocated so far and before any allocated later.  A nested parallel_for
-# reserves its regions inside its own thread's region, and passes the same shared pointer on.
-_ARGS = ir.ArrayType(PTR, 5)
-CHUNKS_PER_THREAD = 4  # dynamic chunks per thread (fewer: less balance; more: more per-chunk setup)
+# every intermediate allocated so far and before any allocated later.  A parallel_for inside a
+# parallel body runs inline on the thread that reached it, in that thread's own scratch.
+_ARGS = ir.ArrayType(PTR, 6)
+_BODY = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
+CHUNKS_PER_THREAD = 4  # chunks per thread (fewer: less balance; more: more per-chunk setup)
+RUNTIME_ENV = "RLX_LLVM_RUNTIME"  # "pool" (default) or "gomp"
+_OUTLINED = re.compile(r"\.par\d+$")
+
+
+def uses_gomp() -> bool:
+    """Whether regions fork through libgomp (`RLX_LLVM_RUNTIME=gomp`, for A/B runs) instead of the pool."""
+    return os.environ.get(RUNTIME_ENV, "pool").lower() == "gomp"
+
+
+def fork_symbol() -> str:
+    """The symbol a forking region calls (for tests that count forks)."""
+    return "GOMP_parallel" if uses_gomp() else FORK_SYMBOL
+
+
+def register_runtime() -> None:
+    """Build the pool runtime (and, under `RLX_LLVM_RUNTIME=gomp`, load libgomp); idempotent."""
+    _register_pool()
+    if uses_gomp() and not llvm.address_of_symbol("GOMP_parallel"):
+        llvm.load_library_permanently("libgomp.so.1")
 
 
 def _num_threads_global(module: ir.Module) -> ir.GlobalVariable:
@@ -33,74 +62,101 @@ def _num_threads_global(module: ir.Module) -> ir.GlobalVariable:
     return g
 
 
+def _outline(ctx: EmitContext, n: int, body) -> tuple[ir.Function, EmitContext]:
+    """The body as `void <thunk>.par<K>(ptr data, i64 chunk, i64 slot)`."""
+    ctx._outlined += 1
+    outlined = ir.Function(ctx.module, _BODY, name=f"{ctx.fn.name}.par{ctx._outlined}")
+    outlined.linkage = "internal"
+    outlined.attributes.add("nounwind")
+    data, chunk, slot = outlined.args
+    ob = ir.IRBuilder(outlined.append_basic_block("entry"))
+    field = [ob.gep(data, [I64(8 * k)], source_etype=ir.IntType(8)) for k in range(5)]
+    arena, scratch0, stride_at, shared, items_at = (ob.load(f, typ=PTR) for f in field)
+    scratch = ob.gep(scratch0, [ob.mul(slot, ob.load(stride_at, typ=I64))], source_etype=ir.IntType(8))
+    items = ob.load(items_at, typ=I64)
+    start = ob.mul(chunk, items)
+    end = ob.add(start, items)
+    stop = ob.select(ob.icmp_signed("<", end, I64(n)), end, I64(n))
+    sub = EmitContext(ctx.module, outlined, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx._declare,
+                      arena=arena, scratch=scratch, builder=ob, shared=shared, fields=ctx.fields)
+    body(sub, start, stop)
+    if sub._streamed:
+        ob.fence("seq_cst")
+    ob.ret_void()
+    return outlined, sub
+
+
+def _gomp_wrapper(ctx: EmitContext, outlined: ir.Function) -> ir.Function:
+    """`void <body>.gomp(ptr data)`: GOMP's team claims chunks from the `[next, chunks]` pair."""
+    fn = ir.Function(ctx.module, ir.FunctionType(ir.VoidType(), [PTR]), name=f"{outlined.name}.gomp")
+    fn.linkage = "internal"
+    data = fn.args[0]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    pair = b.load(b.gep(data, [I64(8 * 5)], source_etype=ir.IntType(8)), typ=PTR)
+    tid = b.sext(b.call(ctx.declare("omp_get_thread_num", ir.FunctionType(I32, [])), []), I64)
+    claim, run, done = (fn.append_basic_block(name) for name in ("claim", "run", "done"))
+    b.branch(claim)
+    b.position_at_end(claim)
+    chunk = b.atomic_rmw("add", pair, I64(1), "monotonic")
+    total = b.load(b.gep(pair, [I64(8)], source_etype=ir.IntType(8)), typ=I64)
+    b.cbranch(b.icmp_signed("<", chunk, total), run, done)
+    b.position_at_end(run)
+    b.call(outlined, [data, chunk, tid])
+    b.branch(claim)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
+
+
 def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int) -> None:
     """See `EmitContext.parallel_for`."""
     register_runtime()
     if n <= 0:
         return
-    b = ctx.b
-    ctx._outlined += 1
-    outlined = ir.Function(ctx.module, ir.FunctionType(ir.VoidType(), [PTR]), name=f"{ctx.fn.name}.par{ctx._outlined}")
-    outlined.linkage = "internal"
-    outlined.attributes.add("nounwind")
-    data = outlined.args[0]
-    ob = ir.IRBuilder(outlined.append_basic_block("entry"))
-    field = [ob.gep(data, [I64(8 * k)], source_etype=ir.IntType(8)) for k in range(5)]
-    arena, scratch0, stride_at, shared, counter = (ob.load(f, typ=PTR) for f in field)
-    stride = ob.load(stride_at, typ=I64)
-    tid = ob.sext(ob.call(ctx.declare("omp_get_thread_num", ir.FunctionType(I32, [])), []), I64)
-    nt = ob.sext(ob.call(ctx.declare("omp_get_num_threads", ir.FunctionType(I32, [])), []), I64)
-    scratch = ob.gep(scratch0, [ob.mul(tid, stride)], source_etype=ir.IntType(8))
-    # Chunks are claimed from a shared counter (dynamic scheduling), CHUNKS_PER_THREAD per thread:
-    # on a shared machine a descheduled thread then delays one small chunk, not a static share.
-    # chunk = ceil(units / (k·nt)) · grain (k = 1 on one thread); [start, stop) = chunk c's items.
-    units = (n + grain - 1) // grain
-    per_thread = ob.select(ob.icmp_signed(">", nt, I64(1)), I64(CHUNKS_PER_THREAD), I64(1))
-    pieces = ob.mul(nt, per_thread)
-    chunk = ob.mul(ob.udiv(ob.add(I64(units), ob.sub(pieces, I64(1))), pieces), I64(grain))
-    claim = outlined.append_basic_block("claim")
-    run = outlined.append_basic_block("run")
-    done = outlined.append_basic_block("done")
-    ob.branch(claim)
-    ob.position_at_end(claim)
-    c = ob.atomic_rmw("add", counter, I64(1), "monotonic")
-    start = ob.mul(c, chunk)
-    stop = ob.select(ob.icmp_signed("<", ob.add(start, chunk), I64(n)), ob.add(start, chunk), I64(n))
-    sub = EmitContext(ctx.module, outlined, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx._declare,
-                      arena=arena, scratch=scratch, builder=ob, shared=shared, fields=ctx.fields)
-    ob.cbranch(ob.icmp_signed("<", start, I64(n)), run, done)
-    ob.position_at_end(run)
-    body(sub, start, stop)
-    if not ob.block.is_terminated:
-        ob.branch(claim)
-    ob.position_at_end(done)
-    if sub._streamed:
-        ob.fence("seq_cst")
-    ob.ret_void()
-
+    if _OUTLINED.search(ctx.fn.name):  # already inside a region: this thread runs it all
+        body(ctx, I64(0), I64(n))
+        return
+    outlined, sub = _outline(ctx, n, body)
     ctx.paths |= sub.paths
+    units = (n + grain - 1) // grain
+    # A body that calls BLAS runs on the calling thread alone: BLAS threads itself, and our threads
+    # times its threads would oversubscribe the cores (docs/runtime.md).
+    max_useful = 1 if "blas" in sub.paths else max(1, min(MAX_THREADS, n // max(1, min_work), units))
     stride_bytes = (sub.scratch_bytes + 63) // 64 * 64
-    base = ctx.scratch_alloc(stride_bytes * MAX_THREADS) if stride_bytes else 0
+    base = ctx.scratch_alloc(stride_bytes * max_useful) if stride_bytes else 0
+
+    b = ctx.b
     args = entry_alloca(ctx, _ARGS, "par.args")
-    stride_slot = entry_alloca(ctx, I64, "par.stride")
-    counter_slot = entry_alloca(ctx, I64, "par.next")
+    stride_slot, items_slot = entry_alloca(ctx, I64, "par.stride"), entry_alloca(ctx, I64, "par.items")
+    pair = entry_alloca(ctx, ir.ArrayType(I64, 2), "par.next")
     b.store(I64(stride_bytes), stride_slot)
-    b.store(I64(0), counter_slot)
     for k, value in enumerate((ctx.arena, b.gep(ctx.scratch, [I64(base)], source_etype=ir.IntType(8)),
-                               stride_slot, ctx.shared, counter_slot)):
+                               stride_slot, ctx.shared, items_slot, pair)):
         b.store(value, b.gep(args, [I32(0), I32(k)], inbounds=True))
-    max_useful = max(1, min(MAX_THREADS, n // max(1, min_work), units))
-    want = b.load(_num_threads_global(ctx.module), typ=I32)
-    threads = b.select(b.icmp_signed("<", want, I32(max_useful)), want, I32(max_useful))
-    fork = ctx.fn.append_basic_block("par.fork")
-    inline = ctx.fn.append_basic_block("par.inline")
-    joined = ctx.fn.append_basic_block("par.joined")
-    b.cbranch(b.icmp_signed(">", threads, I32(1)), fork, inline)
+    if max_useful == 1:
+        b.store(I64(n), items_slot)
+        b.call(outlined, [args, I64(0), I64(0)])
+        return
+    want = b.sext(b.load(_num_threads_global(ctx.module), typ=I32), I64)
+    threads = b.select(b.icmp_signed("<", want, I64(max_useful)), want, I64(max_useful))
+    # chunk = ceil(units / (CHUNKS_PER_THREAD·threads)) · grain items (one chunk on one thread)
+    pieces = b.select(b.icmp_signed(">", threads, I64(1)), b.mul(threads, I64(CHUNKS_PER_THREAD)), I64(1))
+    items = b.mul(b.udiv(b.add(I64(units), b.sub(pieces, I64(1))), pieces), I64(grain))
+    chunks = b.udiv(b.add(I64(n), b.sub(items, I64(1))), items)
+    b.store(items, items_slot)
+    fork, inline, joined = (ctx.fn.append_basic_block(f"par.{name}") for name in ("fork", "inline", "joined"))
+    b.cbranch(b.icmp_signed(">", threads, I64(1)), fork, inline)
     b.position_at_end(fork)
-    gomp = ctx.declare("GOMP_parallel", ir.FunctionType(ir.VoidType(), [PTR, PTR, I32, I32]))
-    b.call(gomp, [outlined, args, threads, I32(0)])
+    if uses_gomp():
+        b.store(I64(0), b.gep(pair, [I32(0), I32(0)], inbounds=True))
+        b.store(chunks, b.gep(pair, [I32(0), I32(1)], inbounds=True))
+        gomp = ctx.declare("GOMP_parallel", ir.FunctionType(ir.VoidType(), [PTR, PTR, I32, I32]))
+        b.call(gomp, [_gomp_wrapper(ctx, outlined), args, b.trunc(threads, I32), I32(0)])
+    else:
+        fork_fn = ctx.declare(FORK_SYMBOL, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]))
+        b.call(fork_fn, [outlined, args, chunks, threads])
     b.branch(joined)
     b.position_at_end(inline)
-    b.call(outlined, [args])  # omp_get_thread_num() = 0, omp_get_num_threads() = 1 outside a region
+    b.call(outlined, [args, I64(0), I64(0)])
     b.branch(joined)
     b.position_at_end(joined)

@@ -3,8 +3,13 @@
 Two OpenBLAS pools live in the process: SciPy's (LP64, the one JIT code calls through
 `kernels.blas`) and NumPy's (ILP64, used by NumPy/reference code).  `set_num_threads(n)` sets both
 — through threadpoolctl when it is importable, otherwise through the libraries' own
-`*openblas_set_num_threads*` symbols — and rlx_llvm's own parallel loops (`ir_emit.parallel`,
-GNU OpenMP), so the three never ask for more than `n` cores between them.
+`*openblas_set_num_threads*` symbols — and rlx_llvm's own parallel loops (`ir_emit.parallel` on
+the pool of `kernels.pool`), so the three never ask for more than `n` cores between them.
+
+BLAS never runs inside one of our parallel regions: `ir_emit.parallel` emits a region whose body
+calls BLAS to run on the calling thread alone (OpenBLAS's pool cannot be sized per call), so
+either our `n` threads or OpenBLAS's `n` threads are busy, never both (docs/runtime.md).  `blas_threads_at_most` narrows the pools for a
+block of Python code that calls BLAS many times (AWQ calibration).
 
 Default: rlx_llvm changes nothing until `set_num_threads` is called, so each OpenBLAS pool runs
 with OpenBLAS's default — `OPENBLAS_NUM_THREADS` (or `OMP_NUM_THREADS`) when set, else one thread
@@ -94,13 +99,13 @@ def _set_via_threadpoolctl(n: int) -> bool:
 
 
 def _set_own_threads(n: int) -> None:
-    """rlx_llvm's own parallel loops (`kernels.gomp`, read by the code `ir_emit.parallel` emits)."""
-    from . import gomp
-    gomp.set_threads(n)
+    """rlx_llvm's own parallel loops (`kernels.pool`, read by the code `ir_emit.parallel` emits)."""
+    from . import pool
+    pool.set_threads(n)
 
 
 def set_num_threads(n: int) -> None:
-    """Use `n` threads in both OpenBLAS pools (and, later, in rlx_llvm's own parallel loops)."""
+    """Use `n` threads in both OpenBLAS pools and in rlx_llvm's own parallel loops."""
     global _requested
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"set_num_threads needs a positive int, got {n!r}")

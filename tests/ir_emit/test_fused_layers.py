@@ -123,7 +123,7 @@ SUITE = build()
 def test_large_layers_fork_every_step(outcome) -> None:
     """The projections with scratch operands, the LayerNorms and SwiGLU each emit a parallel_for."""
     for name, (gemms, rows) in MIN_FORKS.items():
-        forks = outcome.thunk_ir(name).count('@"GOMP_parallel"(')
+        forks = outcome.thunk_ir(name).count(f'@"{parallel.fork_symbol()}"(')
         assert forks >= gemms * _tiles() + rows + 1, (name, forks)
 
 

@@ -16,6 +16,7 @@ import pytest
 
 import rlx_llvm as rl
 import rlx_llvm.ir_emit.gemm  # noqa: F401  (registers the lowerings)
+import rlx_llvm.ir_emit.parallel
 import rlx_llvm.reference.gemm  # noqa: F401  (registers the references)
 from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
@@ -248,7 +249,8 @@ def test_blas_calls_have_constant_dims(built_blas: Outcome) -> None:
 
 
 def test_large_ir_gemms_fork_rlx_threads(built: Outcome, mode: str) -> None:
-    forks = {name: "GOMP_parallel" in built.thunk_ir(name) for name in SUITE.names if name.startswith("parallel")}
+    forks = {name: rlx_llvm.ir_emit.parallel.fork_symbol() in built.thunk_ir(name)
+             for name in SUITE.names if name.startswith("parallel")}
     assert set(forks.values()) == {mode == "auto"}, forks
 
 

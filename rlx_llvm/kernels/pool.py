@@ -1,0 +1,409 @@
+"""rlx_llvm's thread pool: a small runtime written in LLVM IR, compiled once per process (docs/runtime.md).
+
+Emitted code forks a parallel region with `rlx_parallel(fn, data, chunks, threads)`, where
+`fn(data, chunk, slot)` runs one chunk and `slot` is the per-thread scratch slot it owns while it
+runs (0 for the caller, k for worker k).  The contract:
+
+* the calling thread works too: it claims chunks from the shared counter like every worker;
+* the join waits only for chunks already claimed — never for a worker that has not arrived (a
+  late worker finds the counter exhausted and goes back to waiting);
+* workers spin briefly (`WORKER_SPIN_CYCLES`), then sleep on a futex;
+* one pool per process, grown to `threads - 1` workers on demand (`set_threads` caps it);
+* a caller that finds the pool busy (another Python thread's region, or a region inside a region)
+  runs every chunk itself; after `fork` the child starts with an empty pool.
+
+State (one word per cache line): `counter` = generation << 32 | next chunk; the job `fn`, `data`,
+`total`, `threads`; `done` (chunks finished, the caller's futex); `epoch` and `sleepers` (the
+workers' futex); `busy` (who owns the job slot); `started` (workers created).  A worker claims
+chunk c of generation g by CAS (g, c) → (g, c+1) only if c < total; a job's owner first moves the
+counter to (g+1, CLOSED) — so no CAS expecting generation g can succeed any more — then writes the
+job and publishes (g+1, 0).  A successful CAS therefore proves the job it read was generation g's,
+which is not replaced before every claimed chunk of g has finished.
+
+The thread count native code reads (`@rlx_num_threads`) lives here too.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+MAX_THREADS = max(1, os.cpu_count() or 1)
+NUM_THREADS = ctypes.c_int32(MAX_THREADS)  # what @rlx_num_threads points at
+
+FORK_SYMBOL = "rlx_parallel"  # void (ptr fn, ptr data, i64 chunks, i64 threads)
+WORKER_SPIN_CYCLES = 400_000  # TSC cycles (~0.1 ms) a worker spins for the next job before sleeping
+JOIN_SPIN_MIN = 20_000        # the caller spins at least this long (and 2 of its own chunks) for claimed chunks
+CLOSED = 0xFFFF_FFFF          # `next chunk` of a closed generation: above every job's total
+_FUTEX = {"x86_64": 202, "aarch64": 98}
+_FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_*_PRIVATE
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+BODY = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
+
+
+class _CalleePtr(ir.PointerType):
+    """An opaque `ptr` that llvmlite may call: it remembers the function type it points at."""
+
+    def __init__(self, fnty: ir.FunctionType) -> None:
+        super().__init__()
+        self.pointee = fnty
+
+
+BODY_PTR = _CalleePtr(BODY)
+
+_lock = threading.RLock()
+_runtime = None  # (engine, {name: address}) once built
+
+
+# ── the runtime module ───────────────────────────────────────────────────────
+
+def _size(ty: ir.Type) -> int:
+    return 8 if isinstance(ty, ir.PointerType) else ty.width // 8
+
+
+class _Runtime:
+    """Builds the runtime module: its globals and the helpers every function shares."""
+
+    def __init__(self, arch: str) -> None:
+        self.module = ir.Module("rlx_pool")
+        self.module.triple = llvm.get_process_triple()
+        self.arch = arch
+        self.word = {name: self._global(name, ty) for name, ty in (
+            ("counter", I64), ("fn", PTR), ("data", PTR), ("total", I64), ("threads", I64),
+            ("done", I32), ("waiting", I32), ("epoch", I32), ("sleepers", I32), ("busy", I32),
+            ("started", I32))}
+
+    def _global(self, name: str, ty: ir.Type) -> ir.GlobalVariable:
+        g = ir.GlobalVariable(self.module, ty, f"rlx_pool.{name}")
+        g.initializer = ir.Constant(ty, None)
+        g.linkage, g.align = "internal", 64
+        return g
+
+    def declare(self, name: str, ty: ir.FunctionType) -> ir.Function:
+        return self.module.globals.get(name) or ir.Function(self.module, ty, name)
+
+    # small helpers on a builder
+    def load(self, b: ir.IRBuilder, name: str, order: str = "acquire") -> ir.Value:
+        g = self.word[name]
+        return b.load_atomic(g, order, _size(g.value_type), typ=BODY_PTR if name == "fn" else g.value_type)
+
+    def store(self, b: ir.IRBuilder, name: str, value: ir.Value, order: str = "release") -> None:
+        g = self.word[name]  # (IRBuilder.store_atomic wants a typed pointer)
+        b._insert(ir.instructions.StoreAtomicInstr(b.block, value, g, order, _size(g.value_type)))
+
+    def cycles(self, b: ir.IRBuilder) -> ir.Value:
+        return b.call(self.declare("llvm.readcyclecounter", ir.FunctionType(I64, [])), [])
+
+    def pause(self, b: ir.IRBuilder) -> None:
+        if self.arch == "x86_64":
+            b.call(self.declare("llvm.x86.sse2.pause", ir.FunctionType(ir.VoidType(), [])), [])
+        else:
+            b.call(self.declare("sched_yield", ir.FunctionType(I32, [])), [])
+
+    def futex(self, b: ir.IRBuilder, name: str, op: int, value: ir.Value) -> None:
+        syscall = self.declare("syscall", ir.FunctionType(I64, [I64], var_arg=True))
+        b.call(syscall, [I64(_FUTEX[self.arch]), self.word[name], I64(op), b.zext(value, I64)
+                         if value.type == I32 else value, ir.Constant(PTR, None), ir.Constant(PTR, None), I64(0)])
+
+
+def _function(rt: _Runtime, name: str, ty: ir.FunctionType,
+              linkage: str = "external") -> tuple[ir.Function, ir.IRBuilder]:
+    fn = ir.Function(rt.module, ty, name)
+    fn.linkage = linkage
+    return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+
+def _run_inline(rt: _Runtime) -> ir.Function:
+    """`rlx_pool.inline(fn, data, total)`: every chunk on the calling thread, slot 0."""
+    f, b = _function(rt, "rlx_pool.inline", ir.FunctionType(ir.VoidType(), [BODY_PTR, PTR, I64]), "internal")
+    body, data, total = f.args
+    _chunk_loop(b, lambda c: c, total, body, data)
+    b.ret_void()
+    return f
+
+
+def _chunk_loop(b: ir.IRBuilder, next_chunk, total: ir.Value, body: ir.Value, data: ir.Value) -> ir.Value:
+    """Run `body(data, chunk, 0)` for `chunk = next_chunk(i)`, i = 0, 1, … while `chunk < total`;
+    leaves `b` after the loop and returns how many chunks ran."""
+    f = b.function
+    head, step, out = (f.append_basic_block(n) for n in ("head", "step", "out"))
+    entry = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    ran = b.phi(I64)
+    ran.add_incoming(I64(0), entry)
+    chunk = next_chunk(ran)
+    b.cbranch(b.icmp_unsigned("<", chunk, total), step, out)
+    b.position_at_end(step)
+    b.call(body, [data, chunk, I64(0)])
+    ran.add_incoming(b.add(ran, I64(1)), step)
+    b.branch(head)
+    b.position_at_end(out)
+    return ran
+
+
+def _pause_or(rt: _Runtime, b: ir.IRBuilder, early: ir.Value, retry: ir.Block, give_up: ir.Block) -> None:
+    """While `early`, pause and go back to `retry`; else go on to `give_up` (a spin with a deadline)."""
+    relax = b.function.append_basic_block("relax")
+    b.cbranch(early, relax, give_up)
+    b.position_at_end(relax)
+    rt.pause(b)
+    b.branch(retry)
+
+
+def _finish_chunk(rt: _Runtime, b: ir.IRBuilder, count: ir.Value, total: ir.Value) -> ir.Value:
+    """Add `count` finished chunks to `done`; wake a sleeping caller when that completes the job.
+    Returns whether it did."""
+    now = b.add(b.atomic_rmw("add", rt.word["done"], count, "seq_cst"), count)
+    complete = b.icmp_unsigned("==", b.zext(now, I64), total)
+    with b.if_then(complete):
+        with b.if_then(b.icmp_unsigned("!=", rt.load(b, "waiting", "seq_cst"), I32(0))):
+            rt.futex(b, "done", _FUTEX_WAKE, I32(1))
+    return complete
+
+
+def _worker(rt: _Runtime) -> ir.Function:
+    """`rlx_pool.worker(k)`: wait for a job (spin, then futex), claim its chunks by CAS, repeat."""
+    f, b = _function(rt, "rlx_pool.worker", ir.FunctionType(PTR, [PTR]), "internal")
+    k = b.ptrtoint(f.args[0], I64)
+    top, spin, idle, sleep, claim, run = (f.append_basic_block(n)
+                                          for n in ("top", "spin", "idle", "sleep", "claim", "run"))
+    b.branch(top)
+
+    def has_work(cnt: ir.Value) -> ir.Value:
+        low = b.and_(cnt, I64(CLOSED))
+        return b.and_(b.icmp_unsigned("<", low, rt.load(b, "total", "monotonic")),
+                      b.icmp_unsigned("<", k, rt.load(b, "threads", "monotonic")))
+
+    b.position_at_end(top)
+    t0 = rt.cycles(b)
+    b.branch(spin)
+
+    b.position_at_end(spin)
+    cnt = rt.load(b, "counter")
+    b.cbranch(has_work(cnt), claim, idle)
+
+    b.position_at_end(idle)
+    _pause_or(rt, b, b.icmp_unsigned("<", b.sub(rt.cycles(b), t0), I64(WORKER_SPIN_CYCLES)), spin, sleep)
+
+    # Sleep: read the epoch, count ourselves asleep, look once more (a caller publishing now sees
+    # sleepers > 0 and bumps the epoch, so the futex wait returns at once), then wait.
+    b.position_at_end(sleep)
+    epoch = rt.load(b, "epoch", "seq_cst")
+    b.atomic_rmw("add", rt.word["sleepers"], I32(1), "seq_cst")
+    again = rt.load(b, "counter", "seq_cst")
+    work = has_work(again)
+    with b.if_then(b.not_(work)):
+        rt.futex(b, "epoch", _FUTEX_WAIT, epoch)
+    b.atomic_rmw("sub", rt.word["sleepers"], I32(1), "seq_cst")
+    b.branch(top)
+
+    b.position_at_end(claim)
+    seen = cnt
+    body = rt.load(b, "fn", "monotonic")
+    data = rt.load(b, "data", "monotonic")
+    total = rt.load(b, "total", "monotonic")
+    chunk = b.and_(seen, I64(CLOSED))
+    won = b.extract_value(b.cmpxchg(rt.word["counter"], seen, b.add(seen, I64(1)), "acq_rel", "acquire"), 1)
+    b.cbranch(won, run, spin)
+
+    b.position_at_end(run)
+    b.call(body, [data, chunk, k])
+    _finish_chunk(rt, b, I32(1), total)
+    b.branch(top)  # the loop never returns
+    return f
+
+
+def _spawn(rt: _Runtime, worker: ir.Function) -> ir.Function:
+    """`rlx_pool.spawn(workers)`: create workers `started+1 … workers` (detached); the job owner calls it."""
+    f, b = _function(rt, "rlx_pool.spawn", ir.FunctionType(ir.VoidType(), [I32]), "internal")
+    want = f.args[0]
+    create = rt.declare("pthread_create", ir.FunctionType(I32, [PTR, PTR, PTR, PTR]))
+    detach = rt.declare("pthread_detach", ir.FunctionType(I32, [I64]))
+    handle = b.alloca(I64)
+    head, step, out = (f.append_basic_block(n) for n in ("head", "step", "out"))
+    b.branch(head)
+    b.position_at_end(head)
+    have = rt.load(b, "started", "monotonic")
+    b.cbranch(b.icmp_signed("<", have, want), step, out)
+    b.position_at_end(step)
+    k = b.add(have, I32(1))
+    failed = b.icmp_unsigned("!=", b.call(create, [handle, ir.Constant(PTR, None), worker,
+                                                   b.inttoptr(b.zext(k, I64), PTR)]), I32(0))
+    made = f.append_basic_block("made")
+    b.cbranch(failed, out, made)  # no more threads: the pool stays smaller, every chunk still runs
+    b.position_at_end(made)
+    b.call(detach, [b.load(handle, typ=I64)])
+    rt.store(b, "started", k, "monotonic")
+    b.branch(head)
+    b.position_at_end(out)
+    b.ret_void()
+    return f
+
+
+def _parallel(rt: _Runtime, inline: ir.Function, spawn: ir.Function) -> ir.Function:
+    """`rlx_parallel(fn, data, total, threads)`: run chunks `0 … total-1` on up to `threads` threads."""
+    f, b = _function(rt, FORK_SYMBOL, ir.FunctionType(ir.VoidType(), [BODY_PTR, PTR, I64, I64]))
+    body, data, total, threads = f.args
+    alone, pooled = f.append_basic_block("alone"), f.append_basic_block("pooled")
+    wide = b.and_(b.icmp_unsigned(">", total, I64(1)), b.icmp_unsigned(">", threads, I64(1)))
+    own = f.append_basic_block("own")
+    b.cbranch(wide, own, alone)
+    b.position_at_end(own)
+    taken = b.extract_value(b.cmpxchg(rt.word["busy"], I32(0), I32(1), "acquire", "monotonic"), 1)
+    b.cbranch(taken, pooled, alone)
+
+    b.position_at_end(alone)
+    b.call(inline, [body, data, total])
+    b.ret_void()
+
+    b.position_at_end(pooled)
+    b.call(spawn, [b.trunc(b.sub(threads, I64(1)), I32)])
+    gen = b.add(b.lshr(rt.load(b, "counter", "monotonic"), I64(32)), I64(1))
+    b.atomic_rmw("xchg", rt.word["counter"], b.or_(b.shl(gen, I64(32)), I64(CLOSED)), "acq_rel")
+    for name, value in (("fn", body), ("data", data), ("total", total), ("threads", threads)):
+        rt.store(b, name, value, "monotonic")
+    rt.store(b, "done", I32(0), "monotonic")
+    rt.store(b, "counter", b.shl(gen, I64(32)), "seq_cst")
+    with b.if_then(b.icmp_signed(">", rt.load(b, "sleepers", "seq_cst"), I32(0))):
+        b.atomic_rmw("add", rt.word["epoch"], I32(1), "seq_cst")
+        rt.futex(b, "epoch", _FUTEX_WAKE, I32(2**31 - 1))  # all: which sleeper wakes is the kernel's choice
+
+    # The caller claims chunks too (it owns the generation: a fetch-add is enough).
+    start = rt.cycles(b)
+    mine = _chunk_loop(b, lambda _: b.and_(b.atomic_rmw("add", rt.word["counter"], I64(1), "acq_rel"), I64(CLOSED)),
+                       total, body, data)
+
+    # Join: wait for the chunks workers claimed — spin about two of our own chunks' time, then sleep.
+    now = rt.cycles(b)
+    per_chunk = b.udiv(b.sub(now, start), b.select(b.icmp_unsigned(">", mine, I64(0)), mine, I64(1)))
+    budget = b.add(b.mul(per_chunk, I64(2)), I64(JOIN_SPIN_MIN))
+    deadline = b.add(now, budget)
+    complete = _finish_chunk(rt, b, b.trunc(mine, I32), total)
+    finish, wait = f.append_basic_block("finish"), f.append_basic_block("wait")
+    b.cbranch(complete, finish, wait)
+
+    b.position_at_end(wait)
+    d = rt.load(b, "done")
+    ready = b.icmp_unsigned("==", b.zext(d, I64), total)
+    slow = f.append_basic_block("slow")
+    spin = f.append_basic_block("spin")
+    b.cbranch(ready, finish, spin)
+    b.position_at_end(spin)
+    _pause_or(rt, b, b.icmp_unsigned("<", rt.cycles(b), deadline), wait, slow)
+    b.position_at_end(slow)
+    rt.store(b, "waiting", I32(1), "seq_cst")
+    d2 = rt.load(b, "done", "seq_cst")
+    with b.if_then(b.icmp_unsigned("!=", b.zext(d2, I64), total)):
+        rt.futex(b, "done", _FUTEX_WAIT, d2)
+    b.branch(wait)
+
+    b.position_at_end(finish)
+    rt.store(b, "waiting", I32(0), "monotonic")
+    rt.store(b, "busy", I32(0), "release")
+    b.ret_void()
+    return f
+
+
+def _after_fork(rt: _Runtime) -> None:
+    """`rlx_pool_forked()`: the child of a fork has no workers — start over with an empty pool."""
+    f, b = _function(rt, "rlx_pool_forked", ir.FunctionType(ir.VoidType(), []))
+    gen = b.add(b.lshr(rt.load(b, "counter", "monotonic"), I64(32)), I64(1))
+    rt.store(b, "counter", b.or_(b.shl(gen, I64(32)), I64(CLOSED)), "seq_cst")
+    for name in ("started", "sleepers", "waiting", "done", "busy"):
+        rt.store(b, name, I32(0), "seq_cst")
+    b.ret_void()
+
+
+def _workers(rt: _Runtime) -> None:
+    """`rlx_pool_workers()`: how many worker threads this process has started."""
+    f, b = _function(rt, "rlx_pool_workers", ir.FunctionType(I32, []))
+    b.ret(rt.load(b, "started", "acquire"))
+
+
+def runtime_ir() -> str:
+    """The runtime module's IR text."""
+    arch = llvm.get_process_triple().split("-")[0]
+    if arch not in _FUTEX:
+        from ..errors import RlxError
+        raise RlxError(f"rlx_llvm's thread pool knows the futex syscall on {sorted(_FUTEX)}, not on {arch}")
+    rt = _Runtime(arch)
+    worker = _worker(rt)
+    _parallel(rt, _run_inline(rt), _spawn(rt, worker))
+    _after_fork(rt)
+    _workers(rt)
+    return str(rt.module)
+
+
+# ── loading it into the process ──────────────────────────────────────────────
+
+def _build() -> tuple[object, dict[str, int]]:
+    """Compile the runtime (through the object cache), load it into its own engine, and publish
+    `rlx_parallel` and `rlx_num_threads` to the JIT's symbol table."""
+    from .. import jit
+    llvm.add_symbol("rlx_num_threads", ctypes.addressof(NUM_THREADS))
+    engine = jit.Engine()
+    code = _object()
+    engine.load(code)
+    names = (FORK_SYMBOL, "rlx_pool_forked", "rlx_pool_workers")
+    addresses = {name: engine.address(name) for name in names}
+    llvm.add_symbol(FORK_SYMBOL, addresses[FORK_SYMBOL])
+    os.register_at_fork(after_in_child=_forked)
+    return engine, addresses
+
+
+def _object():
+    """The runtime's object code: from the object cache under a key of this file's source (so a warm
+    process does not even build the IR), else compiled and stored there."""
+    import hashlib
+
+    from .. import cache, jit
+    store = cache.resolve_cache(None)
+    with open(__file__, "rb") as fh:
+        key = jit.cache_key("rlx_pool " + hashlib.sha256(fh.read()).hexdigest(), 2)
+    hit = store.load(key) if store is not None else None
+    if hit is not None and not jit.missing_symbols(hit.externals):
+        return hit
+    code = jit.compile_ir(runtime_ir(), opt=2)
+    code.key = key
+    if store is not None:
+        store.store(code)
+    return code
+
+
+def register_runtime() -> None:
+    """Build the pool runtime once per process and publish its symbols (idempotent, thread-safe)."""
+    global _runtime
+    if _runtime is None:
+        with _lock:
+            if _runtime is None:
+                _runtime = _build()
+
+
+def _native(name: str, restype=None):
+    register_runtime()
+    return ctypes.CFUNCTYPE(restype)(_runtime[1][name])
+
+
+def _forked() -> None:
+    _native("rlx_pool_forked")()
+
+
+def workers() -> int:
+    """Worker threads the pool has started in this process (0 until the first parallel region)."""
+    return int(_native("rlx_pool_workers", ctypes.c_int32)())
+
+
+def set_threads(n: int) -> None:
+    """Threads rlx_llvm's own parallel loops use from now on (capped at MAX_THREADS)."""
+    NUM_THREADS.value = max(1, min(int(n), MAX_THREADS))
+
+
+def get_threads() -> int:
+    """Threads rlx_llvm's own parallel loops use."""
+    return int(NUM_THREADS.value)

@@ -1,0 +1,248 @@
+"""rlx_llvm's thread pool (`kernels.pool`) and the regions `ir_emit.parallel` emits on it: every chunk
+runs exactly once, each slot is used by one thread at a time, a region inside a region or one whose
+body calls BLAS runs inline, two Python threads and a spinning neighbour neither hang nor break it,
+and a forked child gets a pool of its own.  Anything that could hang runs in a subprocess under a timeout."""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+import rlx_llvm as rl
+import rlx_llvm.ir_emit.gemm  # noqa: F401  (registers the lowerings)
+from rlx_llvm import jit
+from rlx_llvm import thunks as T
+from rlx_llvm.ir_emit import parallel
+from rlx_llvm.ir_emit.context import EmitContext
+from rlx_llvm.ir_emit.toolkit import I32, I64, PTR
+from rlx_llvm.kernels import pool
+from tests.harness import num_threads
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHUNKS, SLOTS = 37, 8
+# the driver's data: i64 runs[CHUNKS], i64 in_use[SLOTS], i64 faults
+RUNS, IN_USE, FAULTS = 0, 8 * CHUNKS, 8 * (CHUNKS + SLOTS)
+DATA_BYTES = FAULTS + 8
+
+
+# ── the runtime alone: a JIT-compiled driver forks many tiny regions back to back ──
+
+def _i64_at(b: ir.IRBuilder, data: ir.Value, offset: int, index: "ir.Value | int" = 0) -> ir.Value:
+    return b.gep(data, [b.add(I64(offset), b.mul(I64(index) if isinstance(index, int) else index, I64(8)))],
+                 source_etype=ir.IntType(8))
+
+
+def _driver():
+    """`drive(data, regions, threads)`: `regions` forks of CHUNKS chunks; each chunk counts itself in
+    `runs` and counts a fault if its slot is ≥ threads or another thread is using the slot."""
+    pool.register_runtime()
+    module = ir.Module("pool_test")
+    module.triple = jit.host().triple
+    body = ir.Function(module, pool.BODY, "body")
+    data, chunk, slot = body.args
+    b = ir.IRBuilder(body.append_basic_block("entry"))
+    in_use = _i64_at(b, data, IN_USE, slot)
+    clash = b.icmp_unsigned("!=", b.atomic_rmw("xchg", in_use, I64(1), "acq_rel"), I64(0))
+    with b.if_then(b.or_(clash, b.icmp_unsigned(">=", slot, I64(SLOTS)))):
+        b.atomic_rmw("add", _i64_at(b, data, FAULTS), I64(1), "monotonic")
+    b.atomic_rmw("add", _i64_at(b, data, RUNS, chunk), I64(1), "monotonic")
+    b.atomic_rmw("xchg", in_use, I64(0), "acq_rel")
+    b.ret_void()
+
+    drive = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]), "drive")
+    data, regions, threads = drive.args
+    b = ir.IRBuilder(drive.append_basic_block("entry"))
+    fork = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]), pool.FORK_SYMBOL)
+    head, step, out = (drive.append_basic_block(n) for n in ("head", "step", "out"))
+    entry = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(I64(0), entry)
+    b.cbranch(b.icmp_unsigned("<", i, regions), step, out)
+    b.position_at_end(step)
+    b.call(fork, [body, data, I64(CHUNKS), threads])
+    i.add_incoming(b.add(i, I64(1)), step)
+    b.branch(head)
+    b.position_at_end(out)
+    b.ret_void()
+    engine = jit.Engine()
+    engine.load(jit.compile_ir(str(module)))
+    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(engine.address("drive"))
+    run.engine = engine
+    return run
+
+
+def stress(regions: int, threads: int, callers: int) -> None:
+    """`callers` Python threads at once, each forking `regions` regions on `threads` threads; every
+    chunk must have run exactly once per region, with no slot fault."""
+    drive = _driver()
+    datas = [np.zeros(DATA_BYTES // 8, np.int64) for _ in range(callers)]
+    workers = [threading.Thread(target=drive, args=(d.ctypes.data, regions, threads)) for d in datas]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for d in datas:
+        assert (d[:CHUNKS] == regions).all(), d[:CHUNKS]
+        assert d[-1] == 0, f"{d[-1]} slot faults"
+    assert 1 <= pool.workers() <= threads - 1
+
+
+def _in_subprocess(code: str, neighbour: bool = False, timeout: float = 120) -> None:
+    """Run `code` in a fresh interpreter (optionally beside a spinning process); it must finish in time."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if neighbour else None
+    try:
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=timeout, capture_output=True, text=True)
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_every_chunk_runs_once_on_its_own_slot() -> None:
+    stress(regions=300, threads=4, callers=1)
+
+
+@pytest.mark.parametrize("neighbour", [False, True], ids=["quiet", "spinning neighbour"])
+def test_two_python_threads_fork_tiny_regions_back_to_back(neighbour: bool) -> None:
+    _in_subprocess("from tests.kernels.test_pool import stress; stress(regions=20000, threads=3, callers=2)",
+                   neighbour=neighbour)
+
+
+def test_a_region_on_one_thread_starts_no_worker() -> None:
+    _in_subprocess("from tests.kernels.test_pool import _driver, DATA_BYTES, CHUNKS; import numpy as np\n"
+                   "from rlx_llvm.kernels import pool\n"
+                   "d = np.zeros(DATA_BYTES // 8, np.int64); _driver()(d.ctypes.data, 50, 1)\n"
+                   "assert (d[:CHUNKS] == 50).all() and d[-1] == 0 and pool.workers() == 0")
+
+
+# ── regions as `ir_emit.parallel` emits them ────────────────────────────────
+
+def _kernel(emit) -> tuple[object, str]:
+    """JIT `emit(ctx)` as `i32 kernel(ptr arena, ptr scratch)`; returns `(run(arena), IR text)`."""
+    module = ir.Module("parallel_test")
+    module.triple = jit.host().triple
+    fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), name="kernel")
+
+    def declare(name: str, fnty: ir.FunctionType) -> ir.Function:
+        return module.globals.get(name) or ir.Function(module, fnty, name=name)
+
+    ctx = EmitContext(module, fn, 0, None, None, 8, declare)
+    emit(ctx)
+    ctx.finish()
+    engine = jit.Engine()
+    engine.load(jit.compile_ir(str(module)))
+    kernel = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)(engine.address("kernel"))
+    scratch = np.zeros(max(64, ctx.scratch_bytes), np.uint8)
+
+    def run(arena: np.ndarray) -> int:
+        run.engine = engine
+        return kernel(arena.ctypes.data, scratch.ctypes.data)
+    return run, str(module)
+
+
+N = 1000
+
+
+def _count_items(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+    """counts[i] += 1 for i in [start, stop) (i32 counts at arena offset 0)."""
+    with sub.for_range(start, stop, name="i") as i:
+        sub.b.atomic_rmw("add", sub.addr(0, i, 4), I32(1), "monotonic")
+
+
+def _nested(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+    """Rows of 10 items: each row's items by a parallel_for of its own."""
+    with sub.for_range(start, stop, name="row") as row:
+        def items(inner: EmitContext, lo: ir.Value, hi: ir.Value) -> None:
+            base = inner.b.mul(row, I64(10))
+            _count_items(inner, inner.b.add(base, lo), inner.b.add(base, hi))
+        sub.parallel_for(10, items, grain=1, min_work=1)
+
+
+def _blas_noted(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+    _count_items(sub, start, stop)
+    sub.note_path("blas")  # as if the body called ?gemm
+
+
+@pytest.mark.parametrize("body, n, forks", [(_count_items, N, 1), (_nested, N // 10, 1), (_blas_noted, N, 0)],
+                         ids=["flat", "nested runs inline", "blas body runs inline"])
+def test_emitted_regions_cover_every_item_once(body, n: int, forks: int) -> None:
+    run, text = _kernel(lambda ctx: ctx.parallel_for(n, body, grain=1, min_work=1))
+    assert text.count(f'call void @"{parallel.fork_symbol()}"(') == forks
+    for threads in (1, 2):
+        arena = np.zeros(N, np.int32)
+        with num_threads(threads):
+            assert run(arena) == 0
+        assert (arena == 1).all(), (threads, np.flatnonzero(arena != 1)[:8])
+
+
+# ── compiled programs: two Python threads at once, and a forked child ───────
+
+def _gemm_program():
+    """A schedule of four IR-tile GEMMs that each fork (`tests/ir_emit/test_gemm.py` parallel shapes)."""
+    rng = np.random.default_rng(0)
+    m, k, n = 64, 512, 200
+    a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+    arena = np.zeros((a.size + b.size + 4 * m * n) * 4, np.uint8)
+    arena[:a.nbytes] = a.view(np.uint8).ravel()
+    arena[a.nbytes:a.nbytes + b.nbytes] = b.view(np.uint8).ravel()
+    c0 = a.nbytes + b.nbytes
+    thunks = [T.Sgemm(a=0, b=a.nbytes, c=c0 + i * 4 * m * n, m=m, k=k, n=n) for i in range(4)]
+    program = rl.compile(rl.ThunkSchedule(thunks=tuple(thunks), arena_bytes=arena.size), cache=False)
+    assert parallel.fork_symbol() in program.llvm_ir()
+    return program, arena
+
+
+def _run(program, before: np.ndarray, times: int = 1) -> np.ndarray:
+    arena = rl.Arena(before.size)
+    for _ in range(times):
+        arena.bytes[:] = before
+        program.run(arena)
+    return arena.bytes.copy()
+
+
+def test_two_python_threads_run_one_program_at_once() -> None:
+    program, before = _gemm_program()
+    with num_threads(1):
+        want = _run(program, before)
+    got = {}
+    with num_threads(2):
+        callers = [threading.Thread(target=lambda k=k: got.__setitem__(k, _run(program, before, 20))) for k in range(2)]
+        for t in callers:
+            t.start()
+        for t in callers:
+            t.join(timeout=300)
+    assert all((got[k] == want).all() for k in range(2))
+
+
+def _child(conn, program, before) -> None:
+    fresh = pool.workers()
+    with num_threads(2):
+        conn.send((fresh, _run(program, before), pool.workers()))
+
+
+def test_a_forked_child_gets_a_pool_of_its_own() -> None:
+    """The child runs the parent's program (inherited, not recompiled) on a pool of its own."""
+    program, before = _gemm_program()
+    with num_threads(2):
+        want = _run(program, before)
+    assert pool.workers() >= min(1, pool.MAX_THREADS - 1)
+    ctx = multiprocessing.get_context("fork")
+    here, there = ctx.Pipe()
+    child = ctx.Process(target=_child, args=(there, program, before))
+    child.start()
+    assert here.poll(300), "the forked child hung"
+    fresh, got, after = here.recv()
+    child.join(60)
+    assert child.exitcode == 0
+    assert fresh == 0 and (got == want).all()
+    assert after == min(1, pool.MAX_THREADS - 1)
