@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 from llvmlite import ir
 
 from . import jit, registry
@@ -85,15 +86,20 @@ class ModuleBuilder:
             return existing
         return ir.Function(self.module, fnty, name=name)
 
-    def thunk_function(self, index: int, thunk) -> ir.Function:
-        """`@t<index>_<kind>`: the function of top-level thunk `index`."""
+    def thunk_function(self, index: int, thunk) -> "ir.Function | TableRow":
+        """`@t<index>_<kind>`: the function of top-level thunk `index`; for a shared-body lowering, the
+        row of buffer bases its segment driver passes to the shared body (no function of its own)."""
         self._top = index
         t0 = time.perf_counter()
-        fn, ctx = self._thunk(f"t{index}_{snake(type(thunk).__name__)}", index, thunk, self.schedule)
+        name = f"t{index}_{snake(type(thunk).__name__)}"
+        if registry.LOWERINGS[type(thunk)].shared_body:
+            fn, ctx = self._table_row(name, index, thunk)
+        else:
+            fn, ctx = self._thunk(name, index, thunk, self.schedule)
         self.scratch_bytes = max(self.scratch_bytes, ctx.scratch_bytes)
         self.paths[index] = _path_taken(ctx.paths, registry.LOWERINGS[type(thunk)].path)
         self.emit_ms[index] = (time.perf_counter() - t0) * 1e3
-        self.symbols[index] = fn.name
+        self.symbols[index] = fn.body.name if isinstance(fn, TableRow) else fn.name
         return fn
 
     def _thunk(self, name: str, index: int, thunk, schedule) -> tuple[ir.Function, EmitContext]:
@@ -146,18 +152,30 @@ class ModuleBuilder:
         ctx.finish()
         return ctx
 
-    def _call_shared_body(self, fn: ir.Function, index: int, thunk, schedule) -> EmitContext:
-        """Fill the buffer table and call the body shared by every thunk with the same canonical
-        form (`ir_emit.shared_bodies`), emitting that body on first use."""
+    def _shared_body(self, name: str, index: int, thunk, schedule) -> tuple[ir.Function, EmitContext, list[int]]:
+        """The body shared by every thunk with `thunk`'s canonical form (`ir_emit.shared_bodies`),
+        emitted as `<name>.body` on first use, its context, and `thunk`'s buffer bases."""
         form, bases = shared_bodies.canonical(thunk)
         key = repr((form, schedule.mask_threshold, schedule.mask_neg_inf, schedule.score_skip))
         if key not in self.bodies:
-            body = self._function(f"{fn.name}.body")
+            body = self._function(f"{name}.body")
             body.args[0].name = "fields"
             self.bodies[key] = (body, self._emit(body, index, form, schedule, fields=True))
         body, ctx = self.bodies[key]
         if schedule is self.schedule:
             self.body_of[index] = body.name
+        return body, ctx, bases
+
+    def _table_row(self, name: str, index: int, thunk) -> tuple[TableRow, EmitContext]:
+        """A top-level shared-body thunk: its body and its row of buffer bases (the driver notes
+        the run of rows in `rlx.thunks`; `Program.llvm_ir(thunk=i)` shows the thunk itself)."""
+        body, ctx, bases = self._shared_body(name, index, thunk, self.schedule)
+        return TableRow(body, tuple(bases)), ctx
+
+    def _call_shared_body(self, fn: ir.Function, index: int, thunk, schedule) -> EmitContext:
+        """Fill the buffer table and call the body shared by every thunk with the same canonical
+        form, emitting that body on first use (thunks of nested schedules)."""
+        body, ctx, bases = self._shared_body(fn.name, index, thunk, schedule)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         table = b.alloca(ir.ArrayType(PTR, 1 + len(bases)), name="fields")
         for k, base in enumerate([0] + bases):
@@ -166,20 +184,86 @@ class ModuleBuilder:
         b.ret(b.call(body, [table, fn.args[1]]))
         return ctx
 
-    def driver(self, step: NativeStep, fns: list[ir.Function]) -> None:
-        """`i64 @segmentN(ptr, ptr)`: call each thunk; return 0, or (index + 1) << 32 | status."""
+    def driver(self, step: NativeStep, fns: "list[ir.Function | TableRow]") -> None:
+        """`i64 @segmentN(ptr, ptr)`: call each thunk — a run of table rows of one body in one loop
+        over a constant table of their bases; return 0, or (index + 1) << 32 | status."""
         drv = ir.Function(self.module, ir.FunctionType(I64, [PTR, PTR]), name=step.symbol)
         drv.attributes.add("nounwind")
         b = ir.IRBuilder(drv.append_basic_block("entry"))
-        for index, fn in zip(step.indices, fns):
+        for first, fn, rows in _runs(step.indices, fns):
+            if rows:
+                self._row_loop(b, drv, first, fn, rows)
+                continue
             status = b.call(fn, list(drv.args))
-            failed = drv.append_basic_block(f"failed.t{index}")
-            ok = drv.append_basic_block(f"after.t{index}")
+            failed = drv.append_basic_block(f"failed.t{first}")
+            ok = drv.append_basic_block(f"after.t{first}")
             b.cbranch(b.icmp_unsigned("!=", status, I32(0)), failed, ok)
             b.position_at_end(failed)
-            b.ret(b.or_(I64((index + 1) << 32), b.zext(status, I64)))
+            b.ret(b.or_(I64((first + 1) << 32), b.zext(status, I64)))
             b.position_at_end(ok)
         b.ret(I64(0))
+
+    def _row_loop(self, b: ir.IRBuilder, drv: ir.Function, first: int, body: ir.Function,
+                  rows: list[tuple[int, ...]]) -> None:
+        """For each row r of `@<segment>.rows<first>` (thunk first + r): fill the field table
+        (`fields[0]` = the arena, `fields[k]` = arena + base k) and call `body`."""
+        width = len(rows[0])
+        data = np.asarray(rows, dtype=np.int64).reshape(len(rows), width)
+        row_type = ir.ArrayType(I64, width)
+        table = ir.GlobalVariable(self.module, ir.ArrayType(row_type, len(rows)), name=f"{drv.name}.rows{first}")
+        table.global_constant, table.linkage, table.unnamed_addr = True, "private", True
+        table.initializer = ir.Constant(table.value_type, [ir.Constant(row_type, row) for row in data.tolist()])
+        note = f"{table.name}: thunks {first}..{first + len(rows) - 1}, row r = thunk {first} + r, body {body.name}"
+        self.module.add_named_metadata("rlx.thunks", [ir.MetaDataString(self.module, note)])
+        arena, scratch = drv.args
+        with b.goto_entry_block():
+            fields = b.alloca(ir.ArrayType(PTR, 1 + width), name=f"fields.t{first}")
+        b.store(arena, b.gep(fields, [I32(0), I32(0)], inbounds=True))
+        before = b.block
+        loop = drv.append_basic_block(f"rows.t{first}")
+        failed = drv.append_basic_block(f"failed.t{first}")
+        done = drv.append_basic_block(f"after.t{first}")
+        b.branch(loop)
+        b.position_at_end(loop)
+        r = b.phi(I64, name=f"row.t{first}")
+        r.add_incoming(I64(0), before)
+        for k in range(width):
+            base = b.load(b.gep(table, [I64(0), r, I32(k)], inbounds=True), typ=I64)
+            at = b.gep(arena, [base], source_etype=ir.IntType(8), inbounds=True)
+            b.store(at, b.gep(fields, [I32(0), I32(1 + k)], inbounds=True))
+        status = b.call(body, [fields, scratch])
+        nxt = b.add(r, I64(1))
+        more = drv.append_basic_block(f"next.t{first}")
+        r.add_incoming(nxt, more)
+        b.cbranch(b.icmp_unsigned("!=", status, I32(0)), failed, more)
+        b.position_at_end(more)
+        b.cbranch(b.icmp_unsigned("<", nxt, I64(len(rows))), loop, done)
+        b.position_at_end(failed)
+        b.ret(b.or_(b.shl(b.add(r, I64(first + 1)), I64(32)), b.zext(status, I64)))
+        b.position_at_end(done)
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """A top-level shared-body thunk: its segment driver calls `body` with `bases` in a table row."""
+
+    body: ir.Function
+    bases: tuple[int, ...]
+
+
+def _runs(indices: list[int], fns: list) -> list[tuple[int, object, list]]:
+    """Group consecutive table rows of one body: (first index, function or body, rows or [])."""
+    runs: list[tuple[int, object, list]] = []
+    for index, fn in zip(indices, fns):
+        if isinstance(fn, TableRow):
+            last = runs[-1] if runs else None
+            if last and last[2] and last[1] is fn.body and len(last[2][0]) == len(fn.bases):
+                last[2].append(fn.bases)
+            else:
+                runs.append((index, fn.body, [fn.bases]))
+        else:
+            runs.append((index, fn, []))
+    return runs
 
 
 def _path_taken(noted: set[str], registered: str) -> str:

@@ -66,6 +66,10 @@ class Lowering:
 
 LOWERINGS: dict[type[Thunk], Lowering] = {}
 
+SHARED_BODY_KINDS = frozenset({"Copy", "CopyF64", "CopyI64"})
+"""Kinds audited to reach the arena only through `ctx.addr` (their lowerings share bodies whatever
+their decorator says): repeated, they cost a table row each (`codegen.TableRow`), not a function."""
+
 
 def lowering(*classes: type[Thunk], path: str = "llvm", check: Callable | None = None, inplace: bool = False,
              shared_body: bool = False) -> Callable:
@@ -103,7 +107,8 @@ def _register(classes, path, check, inplace, native, shared_body=False) -> Calla
             if cls in LOWERINGS:
                 raise RuntimeError(f"{cls.__name__} registered twice")
             LOWERINGS[cls] = Lowering(cls, path, emit=fn if native else None, run=None if native else fn,
-                                      check=check, inplace=inplace, shared_body=shared_body)
+                                      check=check, inplace=inplace,
+                                      shared_body=shared_body or cls.__name__ in SHARED_BODY_KINDS)
         return fn
     return deco
 

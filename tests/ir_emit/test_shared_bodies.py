@@ -61,3 +61,34 @@ def test_identical_layers_share_one_body_and_each_matches_the_reference():
     for name in s.names:
         outcome.check(name)
     outcome.check_untouched()
+
+
+def test_repeated_copies_run_as_rows_of_one_table_and_each_matches_the_reference():
+    s = Suite(11)
+    n = 64
+
+    def copy(name: str, kind=T.Copy, width: int = 4, skew: int = 0, inplace: bool = False, count: int = n):
+        src = s.put(s.rng.integers(0, 256, count * width, dtype=np.uint8), skew=skew)
+        s.add(name, kind(src=src, dst=src if inplace else s.slot(count * width, skew=skew), len=count))
+
+    for k in range(5):
+        copy(f"copy{k}")
+    copy("skewed", skew=8)                       # another line offset: another body
+    copy("in_place", inplace=True)               # src == dst: aliasing is part of the shape
+    copy("f64", kind=T.CopyF64, width=8)
+    copy("copy_again")                           # after another kind: a new run of the first body
+    copy("big", count=1 << 17)                   # split across threads by byte ranges
+    outcome = s.run()
+    prog = outcome.program
+    rows = prog.report()
+    assert len({r.body for r in rows[:5]} | {rows[8].body}) == 1 and rows[0].body.endswith(".body")
+    assert len({r.body for r in rows}) == 5  # copy, skewed, in place, f64, big
+    ir_text = prog.llvm_ir()
+    assert not re.search(r"^define .*@\"?t[1-9]\d*_copy\"?\(", ir_text, re.M)  # no function per thunk
+    assert re.search(r"segment0\.rows0.*= private unnamed_addr constant \[5 x \[2 x i64\]\]", ir_text)
+    assert "thunks 0..4, row r = thunk 0 + r" in ir_text
+    assert f"@\"{rows[3].body}\"(" in outcome.thunk_ir("copy3") and "; thunk 3: Copy(" in outcome.thunk_ir("copy3")
+    for name in s.names:
+        outcome.check(name)
+    outcome.check_untouched()
+    outcome.check_thread_independent()
