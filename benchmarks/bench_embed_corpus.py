@@ -35,6 +35,9 @@ from rlx_llvm.cache import default_cache_dir  # noqa: E402
 from rlx_llvm.models import find_model, load_minilm  # noqa: E402
 
 BATCH = 32
+# Each partition (Ray batch) is sorted by length on its own, so small ones pad most texts to their longest
+# member: 8 partitions of 25 corpus texts cost the workers ~2× the CPU of one sorted pass.  One partition
+# per worker here; in real jobs, partitions of a few thousand texts.
 
 
 def corpus(n: int) -> tuple[list[str], str]:
@@ -142,7 +145,7 @@ def dask_cluster(texts: list[str], workers: int):
     from rlx_llvm.models import dask as rlx_dask
     cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None)
     client = distributed.Client(cluster)
-    frame = dd.from_pandas(pd.DataFrame({"text": texts}), npartitions=4 * workers)
+    frame = dd.from_pandas(pd.DataFrame({"text": texts}), npartitions=workers)   # see the note at BATCH
 
     def run():
         return rlx_dask.embed(frame, column="text").compute()
@@ -154,10 +157,11 @@ def ray_cluster(texts: list[str], workers: int):
     from rlx_llvm.models.ray import embed
     ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
-    ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)], override_num_blocks=4 * workers)
+    ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)], override_num_blocks=workers)
 
     def run():
-        rows = embed(ds, column="text", concurrency=workers, threads_per_actor=1, batch_size=BATCH * 4).take_all()
+        rows = embed(ds, column="text", concurrency=workers, threads_per_actor=1,
+                     batch_size=-(-len(texts) // workers)).take_all()
         return np.stack([r["embedding"] for r in sorted(rows, key=lambda r: r["id"])])
     return run, ray.shutdown
 

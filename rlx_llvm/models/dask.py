@@ -8,8 +8,8 @@
 Needs the `dask` extra (`pip install 'rlx-llvm[dask]'`).  Each task carries the model's load arguments;
 each worker process loads the model once (`models.workers`) and runs its partitions with as many
 native threads as the Dask worker has threads (the cores it was given), so threads × workers never
-exceed the cluster's cores.  Dask's nanny starts workers with `spawn` (its default; the native thread
-runtime is not fork-safe, so keep `distributed.worker.multiprocessing-method` at spawn).
+exceed the cluster's cores.  Dask's nanny starts workers with `spawn` (its default; keep
+`distributed.worker.multiprocessing-method` at spawn: libgomp, RLX_LLVM_RUNTIME=gomp, is not fork-safe).
 docs/embedding.md, "Scale-out: Dask and Ray", has the multi-machine setup.
 """
 from __future__ import annotations

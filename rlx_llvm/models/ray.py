@@ -7,8 +7,8 @@
                          concurrency=2, num_cpus=1, batch_size=256)
     vectors = np.stack(out.to_pandas()["embedding"])     # or `embed(ds, column="text", concurrency=2)`
 
-Needs the `ray` extra (`pip install 'rlx-llvm[ray]'`).  Ray workers are fresh processes (the native
-thread runtime is not fork-safe); each actor runs with as many native threads as the CPUs Ray
+Needs the `ray` extra (`pip install 'rlx-llvm[ray]'`).  Ray workers are fresh processes (no fork: safe
+with every thread runtime); each actor runs with as many native threads as the CPUs Ray
 assigned it (`num_cpus`), so threads × actors never exceed the cluster's cores.
 docs/embedding.md, "Scale-out: Dask and Ray", has the multi-machine setup.
 """

@@ -2,8 +2,9 @@
 
 A task carries the encoder's `load_args` (a few hundred bytes), never the encoder: the worker process
 loads the model once, keeps it for every later task, and takes its compiled shapes from the object
-cache.  Workers must be fresh processes (Dask's nanny spawns them, Ray's are started fresh): the
-native thread runtime is not fork-safe.
+cache.  Workers are fresh processes (Dask's nanny spawns them, Ray's are started fresh), which every
+thread runtime survives (rlx_llvm's own pool also resets in a forked child; libgomp, kept with
+RLX_LLVM_RUNTIME=gomp, is not fork-safe).
 """
 from __future__ import annotations
 
