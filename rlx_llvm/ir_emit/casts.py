@@ -25,6 +25,7 @@ from ..errors import ValidationError
 from ..thunks.base import USIZE_MAX
 from ..reference.casts import CAST_DTYPES, COPY_ITEMSIZE
 from .context import EmitContext
+from .rows import parallel_elements, parallel_rows
 from .toolkit import (F32, F64, I32, I64, I8, STORAGE, bf16_bits_to_f32, call_intrinsic, copy_bytes, f32_to_bf16_bits,
                       scalar_of, splat_like, vec_like, width_of)
 from ..registry import lowering
@@ -237,10 +238,21 @@ def _align(offset: int, size: int) -> int:
     return size if offset == 0 else min(size, offset & -offset)
 
 
+COPY_GRAIN = 4096  # a split copy moves whole pages, each thread from a page boundary
+
+
 def copy_slot(ctx: EmitContext, src: int, dst: int, nbytes: int) -> None:
-    """memcpy of `nbytes` between arena slots (nothing when the source is the destination)."""
-    if nbytes and src != dst:
-        copy_bytes(ctx, ctx.addr(dst), ctx.addr(src), nbytes)
+    """memcpy of `nbytes` between arena slots (nothing when the source is the destination), split
+    across threads by byte ranges when it moves enough (`rows.parallel_rows`)."""
+    if not nbytes or src == dst:
+        return
+
+    def pages(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        copy_bytes(sub, sub.addr(dst, start), sub.addr(src, start), sub.b.sub(stop, start))
+
+    if nbytes < 2 * COPY_GRAIN:
+        return copy_bytes(ctx, ctx.addr(dst), ctx.addr(src), nbytes)
+    parallel_rows(ctx, nbytes, 2, pages, grain=COPY_GRAIN)  # each byte is read and written once
 
 
 # ── the lowerings ───────────────────────────────────────────────────────────
@@ -257,10 +269,10 @@ def emit_cast(ctx: EmitContext, src: DType, dst: DType, src_off: int, dst_off: i
     if bit_identical(src, dst):
         return copy_slot(ctx, src_off, dst_off, n * src.itemsize)
 
-    def body(i: ir.Value, w: int) -> None:
-        store(ctx, dst, dst_off, convert(ctx, src, dst, load(ctx, src, src_off, i, w)), i)
+    def body(sub: EmitContext, i: ir.Value, w: int) -> None:
+        store(sub, dst, dst_off, convert(sub, src, dst, load(sub, src, src_off, i, w)), i)
 
-    ctx.vector_loop(n, body)
+    parallel_elements(ctx, n, src.itemsize + dst.itemsize, body)  # (buffers are disjoint or the same)
 
 
 def check_buffers(t) -> None:
@@ -302,8 +314,8 @@ def round_half(ctx: EmitContext, t) -> None:
     """f32 → bf16/f16 (RNE) → f32, in f32 storage."""
     half = DType.BF16 if t.bf16 else DType.F16
 
-    def body(i: ir.Value, w: int) -> None:
-        x = ctx.load(t.src, F32, i, w)
-        ctx.store(t.dst, convert(ctx, half, DType.F32, convert(ctx, DType.F32, half, x)), i)
+    def body(sub: EmitContext, i: ir.Value, w: int) -> None:
+        x = sub.load(t.src, F32, i, w)
+        sub.store(t.dst, convert(sub, half, DType.F32, convert(sub, DType.F32, half, x)), i)
 
-    ctx.vector_loop(t.len, body)
+    parallel_elements(ctx, t.len, 8, body)

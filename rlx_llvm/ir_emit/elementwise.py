@@ -29,7 +29,7 @@ from . import vecmath as vm
 from .context import EmitContext
 from .toolkit import F32, F64, I1, I32, I64, I8, as_value, carried_loop, const, iadd, imul, lane_index, splat, width_of
 from ..registry import lowering
-from .rows import parallel_rows
+from .rows import SPAN_GRAIN, parallel_rows, span_vector_loop
 
 Value = Union[ir.Value, tuple]  # a scalar/vector, or (re, im) for a complex element
 
@@ -210,19 +210,57 @@ def emit_walk(ctx: EmitContext, dims: Sequence[int], inputs: Sequence[Operand], 
     """outputs[o] = compute(b, *inputs at Σ c·strides) for every row-major coordinate `c` of `dims`.
 
     `compute(b, *values)` gets one value per input (complex inputs as (re, im)) and returns the
-    output value, or a sequence of them when there are several outputs.
+    output value, or a sequence of them when there are several outputs.  A walk that moves enough
+    bytes is split across threads: a one-axis walk by element ranges, a deeper one by ranges of
+    its outermost axis.
     """
     if math.prod(dims) == 0:
         return
     dims, sets = simplify_walk(dims, [op.strides for op in inputs])
     w = width or lane_width(ctx, [op.elem for op in inputs] + [o.elem for o in outputs])
+    if not _split_safe(dims, sets, inputs, outputs):
+        return _walk_rows(ctx, dims, sets, inputs, outputs, compute, w, I64(0), I64(dims[0]))
+    per_elem = _bytes_per_element(inputs, sets, outputs)
+    if len(dims) == 1:
+        def elements(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+            _walk_rows(sub, dims, sets, inputs, outputs, compute, w, start, stop)
+        parallel_rows(ctx, dims[0], per_elem, elements, grain=SPAN_GRAIN)
+        return
+    parallel_rows(ctx, dims[0], per_elem * math.prod(dims[1:]),
+                  lambda sub, start, stop: _walk_rows(sub, dims, sets, inputs, outputs, compute, w, start, stop))
+
+
+def _bytes_per_element(inputs: Sequence[Operand], sets: Sequence[tuple[int, ...]], outputs: Sequence[Output]) -> int:
+    """Bytes a walk moves per output element (an operand broadcast along the inner axis stays in cache)."""
+    return sum(o.elem.itemsize for o in outputs) + sum(op.elem.itemsize for op, s in zip(inputs, sets) if s[-1])
+
+
+def _split_safe(dims: Sequence[int], sets: Sequence[tuple[int, ...]], inputs: Sequence[Operand],
+                outputs: Sequence[Output]) -> bool:
+    """Whether threads may write the outputs in any order: every input that overlaps an output is
+    read exactly where it is written (the same offset and contiguous), so no result depends on another."""
+    out_strides = contiguous_strides(dims)
+    n = math.prod(dims)
+    for op, s in zip(inputs, sets):
+        end = op.offset + (max_walk_index(dims, s) + 1) * op.elem.itemsize
+        for out in outputs:
+            overlaps = out.offset < end and op.offset < out.offset + n * out.elem.itemsize
+            if overlaps and not (op.offset == out.offset and tuple(s) == out_strides and op.elem == out.elem):
+                return False
+    return True
+
+
+def _walk_rows(ctx: EmitContext, dims: Sequence[int], sets: Sequence[tuple[int, ...]], inputs: Sequence[Operand],
+               outputs: Sequence[Output], compute: Compute, w: int, start: ir.Value, stop: ir.Value) -> None:
+    """The walk over coordinates whose outermost index lies in `[start, stop)`."""
     out_strides = contiguous_strides(dims)
     b = ctx.b
     with contextlib.ExitStack() as loops:
         bases: list = [0] * len(inputs)
         out_base = 0
         for axis, extent in enumerate(dims[:-1]):
-            c = loops.enter_context(ctx.for_range(0, extent, name=f"axis{axis}"))
+            lo, hi = (start, stop) if axis == 0 else (0, extent)
+            c = loops.enter_context(ctx.for_range(lo, hi, name=f"axis{axis}"))
             bases = [iadd(b, base, imul(b, c, s[axis], IDX), IDX) if s[axis] else base for base, s in zip(bases, sets)]
             out_base = iadd(b, out_base, imul(b, c, out_strides[axis], IDX), IDX)
         inner = [s[-1] for s in sets]
@@ -242,7 +280,10 @@ def emit_walk(ctx: EmitContext, dims: Sequence[int], inputs: Sequence[Operand], 
                     values.append(load_strided(ctx, op.elem, op.offset, first, inner[k], lanes))
             _store_all(ctx, outputs, compute(b, *values), iadd(b, out_base, j, IDX))
 
-        ctx.vector_loop(dims[-1], body, width=w)
+        if len(dims) == 1:
+            span_vector_loop(ctx, start, stop, body, width=w)
+        else:
+            ctx.vector_loop(dims[-1], body, width=w)
 
 
 def _store_all(ctx: EmitContext, outputs: Sequence[Output], result, index) -> None:

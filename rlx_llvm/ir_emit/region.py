@@ -15,6 +15,7 @@ from ..errors import ValidationError
 from ..ops import ChainOperand, ChainStep
 from . import elementmath as em
 from .context import EmitContext
+from .rows import parallel_elements
 from .toolkit import F32, I32, I64, STORAGE, narrow_from_f32, splat, widen_to_f32
 from ..registry import lowering
 
@@ -59,30 +60,41 @@ def _operands(step) -> tuple:
 
 @lowering(T.ElementwiseRegion, check=check_region, inplace=True)
 def elementwise_region(ctx: EmitContext, t) -> None:
-    """Emit the fused chain as one vector loop over `len` output elements."""
+    """Emit the fused chain as one vector loop over `len` output elements, split across threads
+    when it moves enough bytes (`rows.parallel_elements`)."""
     if t.len == 0 or not t.chain:
         return
     streaming = ctx.streams(t.dst, t.out_lane.itemsize, t.len)
-    scalars = {i: ctx.load_lane(t.in_lanes[i], t.input_offs[i], 0)
-               for i in range(len(t.input_offs)) if t.scalar_input_mask >> i & 1}
+    scalar_ids = [i for i in range(len(t.input_offs)) if t.scalar_input_mask >> i & 1]
+    scalars_of: dict[EmitContext, dict] = {}  # per function (caller or split body): loaded once
 
-    def body(gid: ir.Value, w: int) -> None:
-        inputs: dict[int, ir.Value] = {}
+    def body(sub: EmitContext, gid: ir.Value, w: int) -> None:
+        if sub not in scalars_of:
+            with sub.b.goto_entry_block():
+                scalars_of[sub] = {i: sub.load_lane(t.in_lanes[i], t.input_offs[i], 0) for i in scalar_ids}
+        scalars, inputs = scalars_of[sub], {}
 
         def read(op) -> ir.Value:
             if isinstance(op, ChainOperand.Step):
                 return regs[op.index]
             i = op.index
             if i not in inputs:
-                inputs[i] = _read_input(ctx, t, i, gid, w, scalars)
+                inputs[i] = _read_input(sub, t, i, gid, w, scalars)
             return inputs[i]
 
         regs: list[ir.Value] = []
         for step in t.chain:
-            regs.append(_step(ctx.b, step, read))
-        ctx.store_lane(t.out_lane, t.dst, regs[-1], gid, streaming=streaming)
+            regs.append(_step(sub.b, step, read))
+        sub.store_lane(t.out_lane, t.dst, regs[-1], gid, streaming=streaming)
 
-    ctx.vector_loop(t.len, body)
+    parallel_elements(ctx, t.len, _bytes_per_element(t), body)
+
+
+def _bytes_per_element(t) -> int:
+    """Bytes a region moves per output element (scalar and tiled inputs stay in cache)."""
+    streamed = [t.in_lanes[i] for i in range(len(t.input_offs))
+                if not (t.scalar_input_mask >> i & 1) and t.input_modulus[i] in (0, t.len)]
+    return t.out_lane.itemsize + sum(lane.itemsize for lane in streamed)
 
 
 def _read_input(ctx: EmitContext, t, i: int, gid: ir.Value, w: int, scalars: dict) -> ir.Value:

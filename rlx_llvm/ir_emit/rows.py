@@ -165,16 +165,53 @@ def offset_table(ctx: EmitContext, offs: Sequence[int], tag: str) -> ir.GlobalVa
 RowsBody = Callable[[EmitContext, ir.Value, ir.Value], None]
 
 
-def parallel_rows(ctx: EmitContext, rows: int, bytes_per_row: int, body: RowsBody) -> None:
+def parallel_rows(ctx: EmitContext, rows: int, bytes_per_row: int, body: RowsBody, grain: int = 1) -> None:
     """Run `body(ctx, start, stop)` over row ranges of `[0, rows)`: split across rlx_llvm's
-    threads (`ctx.parallel_for`) when the thunk moves ≥ PARALLEL_MIN_BYTES, else inline."""
+    threads (`ctx.parallel_for`, ranges start at multiples of `grain`) when the thunk moves
+    ≥ PARALLEL_MIN_BYTES, else inline."""
     if rows <= 0:
         return
-    if rows < 2 or rows * bytes_per_row < PARALLEL_MIN_BYTES:
+    if rows < 2 * grain or rows * bytes_per_row < PARALLEL_MIN_BYTES:
         body(ctx, I64(0), I64(rows))
         return
     min_rows = max(1, -(-(PARALLEL_MIN_BYTES // 2) // max(1, bytes_per_row)))
-    ctx.parallel_for(rows, body, grain=1, min_work=min_rows)
+    ctx.parallel_for(rows, body, grain=grain, min_work=min_rows)
+
+
+# Element ranges of a split streaming loop start at multiples of this many elements: a multiple
+# of every vector width (≤ 64 lanes), so a vector never straddles two threads, a tiled input's
+# lanes stay contiguous, and a 64-byte-aligned output stays aligned for streaming stores.
+SPAN_GRAIN = 64
+
+SpanBody = Callable[[EmitContext, ir.Value, int], None]
+
+
+def parallel_elements(ctx: EmitContext, n: int, bytes_per_elem: int, body: SpanBody, width: int | None = None,
+                      name: str = "i") -> None:
+    """`body(ctx, i, W)` over whole vectors of `[0, n)` and `body(ctx, i, 1)` over the tail, the
+    range split across rlx_llvm's threads when it moves ≥ PARALLEL_MIN_BYTES (`parallel_rows`;
+    `bytes_per_elem = 0` keeps it on the calling thread, in order).  `body` must address everything through the `ctx` it gets (a split runs in its own function)."""
+    parallel_rows(ctx, n, bytes_per_elem,
+                  lambda sub, start, stop: span_vector_loop(sub, start, stop, lambda i, w: body(sub, i, w),
+                                                            width, name),
+                  grain=SPAN_GRAIN)
+
+
+def span_vector_loop(ctx: EmitContext, start: Index, stop: Index, body: Callable[[ir.Value, int], None],
+                     width: int | None = None, name: str = "i") -> None:
+    """`toolkit.vector_loop` over the range `[start, stop)`: `body(i, W)` over whole vectors
+    from `start`, then `body(i, 1)` over the last `(stop − start) mod W` elements."""
+    b = ctx.b
+    w = width or ctx.lanes
+    first, last = (getattr(v, "constant", v) for v in (start, stop))
+    if first == 0 and isinstance(last, int):  # the whole range, unsplit: the constant-bound loop
+        return ctx.vector_loop(last, body, w, name)
+    vec_stop = b.sub(stop, b.urem(b.sub(stop, start), I64(w))) if w > 1 else start
+    if w > 1:
+        with ctx.for_range(start, vec_stop, w, name=f"{name}.vec") as i:
+            body(i, w)
+    with ctx.for_range(vec_stop, stop, 1, name=f"{name}.tail") as i:
+        body(i, 1)
 
 
 def stream_rows(ctx: EmitContext, offset: int, row_len: int, rows: int, itemsize: int = 4) -> bool:

@@ -9,6 +9,7 @@ import rlx_llvm as rl
 from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import DType, LaneKind
+from rlx_llvm.ir_emit.parallel import fork_symbol
 from rlx_llvm.ops import Activation, BinaryOp, ChainOperand as In, ChainStep as S, CmpOp
 from tests.harness import W, Suite, f32_values, suite_tests
 
@@ -96,6 +97,12 @@ def all_cases() -> Suite:
                                              modulus=(0, m))))
     cases.append(("bias_tiled_bf16", region(lay, 64 * 33, [S.Binary(BinaryOp.Add, Inp(0), Inp(1))], 2, 950,
                                             modulus=(0, 33), lanes=(LaneKind.F32, LaneKind.Bf16))))
+    # large enough to split across threads: a scalar, a bf16 tile of 33 and an f16 output
+    cases.append(("split_tiled_scalar", region(lay, 64 * 33 * 50, [S.Binary(BinaryOp.Add, Inp(0), Inp(1)),
+                                                                      S.Binary(BinaryOp.Mul, Stp(0), Inp(2))],
+                                               3, 960, modulus=(0, 33, 0), scalar_mask=0b100,
+                                               lanes=(LaneKind.F32, LaneKind.Bf16, LaneKind.F32),
+                                               out_lane=LaneKind.F16)))
     # 16 inputs, 32 steps: a long dependent chain touching every input
     chain = [S.Binary(BinaryOp.Add, Inp(0), Inp(1))]
     for k in range(1, 32):
@@ -114,6 +121,16 @@ SUITE = all_cases()
  test_thread_count_does_not_change_results, test_every_kind_is_native) = suite_tests(SUITE)
 
 
+
+
+def forks(ir_text: str) -> bool:
+    """Whether a thunk's IR splits its loop across threads."""
+    return f'@"{fork_symbol()}"(' in ir_text or f"@{fork_symbol()}(" in ir_text
+
+
+def test_large_regions_split_across_threads(outcome):
+    assert forks(outcome.thunk_ir("size_1000003")) and forks(outcome.thunk_ir("split_tiled_scalar"))
+    assert not forks(outcome.thunk_ir("size_1")) and not forks(outcome.thunk_ir(f"modulus_{W}"))
 
 
 def test_in_place_region():
