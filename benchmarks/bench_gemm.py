@@ -5,13 +5,15 @@
 One run, at 1 and then 2 threads (both OpenBLAS pools through `rlx_llvm.kernels.threads`,
 PyTorch through `torch.set_num_threads`):
 
-* `Sgemm` m×k×n ∈ {1024³, 128×768×3072, 64³, 8³}: `prog.run(arena)` against `numpy.matmul(out=)`
+* `Sgemm` m×k×n ∈ {1024³, 128×768×3072, 1024×3072×768, 4096×64×4096, 333×555×777, 64³, 64×4096×4096, 8³}: `prog.run(arena)` against `numpy.matmul(out=)`
   and a direct `scipy.linalg.blas.sgemm` on transposed views (Fortran order, so f2py copies
   nothing: `Cᵀ = Bᵀ·Aᵀ` written into the C buffer).
 * `FusedMmBiasAct` 128×768 @ 768×3072, erf-Gelu: against NumPy (`matmul(out=)`, then in-place
   bias and erf-GELU passes with `scipy.special.erf`) and PyTorch (`F.gelu(F.linear(x, W, b))`,
   `W` in its native `[out, in]` layout).
 * The cost of crossing from native code to a Python fallback and back.
+* The host's f32 FMA peak (one thread): independent vector FMA chains in a JIT loop, so 1024³ can be
+  quoted as a fraction of it.
 
 `rlx-llvm` is the default lowering (inline IR tiles for these GEMMs, see docs/lowering-blas.md);
 `rlx-llvm, BLAS call` is the same schedule compiled with `RLX_LLVM_GEMM=blas`, calling SciPy's
@@ -44,7 +46,9 @@ from rlx_llvm import thunks as T  # noqa: E402
 from rlx_llvm.kernels.threads import get_num_threads, set_num_threads  # noqa: E402
 from rlx_llvm.ops import Activation  # noqa: E402
 
-SGEMM_SHAPES = [(1024, 1024, 1024), (128, 768, 3072), (64, 64, 64), (8, 8, 8)]
+# issue 19's bar (rlx-llvm ≤ SciPy's time on each), the 64×4096×4096 weak spot, and 8³
+SGEMM_SHAPES = [(1024, 1024, 1024), (128, 768, 3072), (1024, 3072, 768), (4096, 64, 4096), (333, 555, 777),
+                (64, 64, 64), (64, 4096, 4096), (8, 8, 8)]
 FUSED_SHAPE = (128, 768, 3072)
 SQRT_HALF = np.float32(1 / np.sqrt(2))
 
@@ -281,6 +285,62 @@ def _checks_note(rows: list[tuple]) -> str:
     return "  targets: " + "; ".join(parts)
 
 
+def fma_peak_gflops(iterations: int = 20_000_000) -> float:
+    """One thread's f32 FMA peak: as many independent vector FMA chains as a register tile holds."""
+    import ctypes
+    import llvmlite.binding as llvm
+    from rlx_llvm.ir_emit.gemm import register_tile
+    w = rl.jit.host().lanes(32)
+    rows, vectors = register_tile(w)
+    chains, vty = rows * vectors, f"<{w} x float>"
+    x, y = ", ".join(["float 0x3FF0000020000000"] * w), ", ".join(["float 0x3E80000000000000"] * w)
+    phis = "\n".join(f"  %a{i} = phi {vty} [zeroinitializer, %entry], [%b{i}, %loop]" for i in range(chains))
+    fmas = "\n".join(f"  %b{i} = call {vty} @llvm.fma.v{w}f32({vty} %a{i}, {vty} <{x}>, {vty} <{y}>)"
+                      for i in range(chains))
+    sums = "\n".join(f"  %s{i + 1} = fadd {vty} %s{i}, %b{i}" for i in range(chains))
+    text = f"""declare {vty} @llvm.fma.v{w}f32({vty}, {vty}, {vty})
+define float @peak(i64 %n) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%j, %loop]
+{phis}
+{fmas}
+  %j = add i64 %i, 1
+  %more = icmp ult i64 %j, %n
+  br i1 %more, label %loop, label %done
+done:
+  %s0 = fadd {vty} zeroinitializer, zeroinitializer
+{sums}
+  %r = extractelement {vty} %s{chains}, i32 0
+  ret float %r
+}}
+"""
+    rl.jit.initialize()
+    h = rl.jit.host()
+    tm = llvm.Target.from_triple(h.triple).create_target_machine(cpu=h.cpu, features=h.features, opt=3)
+    mod = llvm.parse_assembly(text)
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    peak = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)(engine.get_function_address("peak"))
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.thread_time()
+        peak(iterations)
+        best = min(best, time.thread_time() - t0)
+    return 2 * w * chains * iterations / best / 1e9
+
+
+def _speed_note(rows: list[tuple], peak: float) -> str:
+    """rlx-llvm against the direct SciPy call per Sgemm shape (≤ 1 is the bar), and 1024³ against the FMA peak."""
+    med = {(case, name): (m, gf) for case, name, m, _, _, gf, _ in rows}
+    parts = [f"{case.split()[1]} {med[(case, 'rlx-llvm')][0] / med[(case, 'scipy sgemm')][0]:.3f}"
+             for case in dict.fromkeys(c for c, *_ in rows) if (case, "scipy sgemm") in med]
+    top = med[("Sgemm 1024x1024x1024", "rlx-llvm")][1]
+    return (f"  rlx-llvm / scipy sgemm (median time, ≤ 1): {', '.join(parts)}\n"
+            f"  1024³ rlx-llvm {top:.1f} GFLOP/s = {100 * top / peak:.0f} % of the one-thread FMA peak {peak:.1f} GFLOP/s")
+
+
 def _blas_note(rows: list[tuple]) -> str:
     """rlx-llvm's BLAS call against the direct SciPy call, per Sgemm shape (same run)."""
     med = {(case, name): m for case, name, m, *_ in rows}
@@ -308,11 +368,14 @@ def main() -> int:
     print(f"{common.cpu_model()} ({common.cpu_name()}), {common.cores()}; {common.python_facts()}")
     print(f"numpy {np.__version__}, scipy {scipy.__version__}, torch {torch.__version__ if torch else 'absent'}; "
           f"OpenBLAS threads before the run: {get_num_threads()}")
+    peak = fma_peak_gflops()
+    print(f"one-thread f32 FMA peak (register-tile chains, thread CPU time): {peak:.1f} GFLOP/s")
     print("medians of pool-by-pool rounds; 'x rlx time' = implementation median / rlx-llvm median (same run)\n")
     for threads in (int(x) for x in args.threads.split(",")):
         rows = run_threads(threads, args.rounds, args.block_ms)
         print(_table(threads, rows))
         print(_checks_note(rows))
+        print(_speed_note(rows, peak))
         print(_blas_note(rows))
         print(_crossing_note(rows))
         print()

@@ -85,13 +85,13 @@ class Host:
 _host: Host | None = None
 
 
-def l1d_bytes(default: int = 32 << 10) -> int:
-    """The host's L1 data cache per core (Linux sysfs), or `default` where it cannot be read."""
+def cache_bytes(level: int, default: int) -> int:
+    """The host's per-core data (or unified) cache of `level` (Linux sysfs), or `default` where it cannot be read."""
     base = "/sys/devices/system/cpu/cpu0/cache"
     try:
         for index in sorted(os.listdir(base)):
             with open(f"{base}/{index}/level") as lv, open(f"{base}/{index}/type") as ty:
-                if lv.read().strip() == "1" and ty.read().strip() == "Data":
+                if lv.read().strip() == str(level) and ty.read().strip() in ("Data", "Unified"):
                     with open(f"{base}/{index}/size") as sz:
                         size = sz.read().strip().upper()
                     return int(size[:-1]) << (10 if size.endswith("K") else 20 if size.endswith("M") else 0) \
@@ -99,6 +99,16 @@ def l1d_bytes(default: int = 32 << 10) -> int:
     except (OSError, ValueError):
         pass
     return default
+
+
+def l1d_bytes(default: int = 32 << 10) -> int:
+    """The host's L1 data cache per core (Linux sysfs), or `default` where it cannot be read."""
+    return cache_bytes(1, default)
+
+
+def l2_bytes(default: int = 512 << 10) -> int:
+    """The host's L2 cache per core (Linux sysfs), or `default` where it cannot be read."""
+    return cache_bytes(2, default)
 
 
 def host() -> Host:

@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 
 from llvmlite import ir
 
+from .. import jit
 from .. import thunks as T
 from ..dtypes import DType, HalfKind
 from ..errors import ValidationError
@@ -34,7 +35,8 @@ from ..kernels.blas import BLAS_INT_MAX, Status
 from .blas_calls import FortranArgs
 from .context import ArenaRef, EmitContext, MovableRef, Operand, pointer
 from .toolkit import (F32, F64, I8, I32, I64, PTR, STORAGE, copy_bytes, entry_alloca, fail_unless, lane_ids, load_lanes,
-                      narrow_from_f32, scratch_ptr, splat, store_lanes, suffix, widen_to_f32, zero_bytes)
+                      narrow_from_f32, scratch_ptr, splat, store_lanes, suffix, vector_registers, widen_to_f32,
+                      zero_bytes)
 from . import elementmath as em
 from ..registry import lowering
 
@@ -150,14 +152,23 @@ def blas_gemm(ctx: EmitContext, fa: FortranArgs, prec: str, m: "int | ir.Value",
 # ── inline IR tiles ──────────────────────────────────────────────────────────
 
 TILE_TYPES = {"s": F32, "d": F64}
-# Vector accumulators per tile, leaving room for the B vectors and a broadcast: 24 of AVX-512's 32
-# registers, 12 of AVX2's 16.
-ACCUMULATORS = {16: 24, 8: 12, 4: 12}
-PANEL_VECTORS = 4       # a column panel is 4 vectors wide (64 f32 columns with AVX-512)
-K_BLOCK = 512           # rows of B per k-block: 128 KiB of an f32 panel stays in L2 across row tiles
-# Pack B panels (contiguous copies per k-block) only where it measured faster: B rows a multiple of
-# 4 KiB apart (a panel's rows then share few L2 sets) and enough rows of A to amortize the copy.
-PACK_MIN_ROWS = 512
+# A register tile is TILE_ROWS rows of C by as many vectors as the register file holds beside one B
+# vector per column and one broadcast of A (BLIS's rule): 6·nv + nv + 1 ≤ registers, so 6 × 2 with
+# AVX2's 16 registers, 6 × 4 with AVX-512's 32.  6·nv ≥ 12 independent FMA chains cover the FMA
+# latency × ports of current cores.
+TILE_ROWS = 6
+
+
+def register_tile(lanes: int) -> tuple[int, int]:
+    """(rows, vectors) of the C register tile on a host whose f32 vectors have `lanes` lanes."""
+    return TILE_ROWS, (vector_registers(lanes) - 1) // (TILE_ROWS + 1)
+
+
+# Vector accumulators per tile (rows × vectors): 24 of AVX-512's 32 registers, 12 of AVX2's 16.
+ACCUMULATORS = {lanes: rows * nv for lanes in (16, 8, 4) for rows, nv in [register_tile(lanes)]}
+PANEL_VECTORS = register_tile(16)[1]  # the widest panel (AVX-512); `register_tile` gives the host's
+K_BLOCK = 512           # rows of B per k-block at most (BLIS's kc: a tile's C traffic per k stays small)
+L2_BYTES = jit.l2_bytes()  # the host's per-core L2: sizes the k- and row blocks
 PARALLEL_MIN_FMAS = 1 << 21  # ≈ 10 µs of tile work per thread before a fork/join pays off
 
 
@@ -171,38 +182,59 @@ def transpose_to_scratch(ctx: EmitContext, src: ir.Value, rows: int, cols: int, 
 def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand", b: "Operand", c: "Operand",
               *, ta: bool, alpha: float, beta: float, epilogue: Epilogue | None = None) -> None:
     """`C = α·op(A)·B + β·C` by register tiles: `MR` rows × `NV` vectors of C stay in registers
-    while the loop over k streams rows of B and broadcasts elements of A.  k runs in blocks of at
-    most `K_BLOCK` (later blocks accumulate onto C); B is packed only where measured to pay.
+    while the loop over k streams rows of B and broadcasts elements of A.
 
-    Column panels of `NV·W` columns (the last one narrower, its last vector masked) are the unit
-    of work: each sweeps the rows in tiles of MR (plus one shorter tile), then runs the epilogue
-    on its columns while they are in cache.  Panels are split across rlx_llvm's threads
-    (`ctx.parallel_for`) when each thread gets enough work and every operand is an `ArenaRef` or
-    `ScratchRef` (a raw pointer cannot be re-derived inside the outlined body).
+    Blocked BLIS-style for the host's caches: k in blocks (`k_blocks`; later blocks accumulate onto
+    C), rows in blocks whose slice of A fills half of L2 (`row_block`), and within those, column
+    panels of `NV·W` columns (the last one narrower, its last vector masked): each panel's block of
+    B is packed contiguous (`_block`) and every row tile of the row block runs over it.  The panels
+    are split across rlx_llvm's threads (`ctx.parallel_for`) when each thread gets enough work and
+    every operand is an `ArenaRef` or `ScratchRef` (a raw pointer cannot be re-derived inside the
+    outlined body).  The epilogue runs per panel right after its tiles when there is one block of
+    each, else over the thread's panels at the end.
     """
-    ty = TILE_TYPES[prec]
-    w = ctx.lanes * 4 // ITEMSIZE[prec]
-    panel = min(PANEL_VECTORS, -(-n // w)) * w
+    ty, size = TILE_TYPES[prec], ITEMSIZE[prec]
+    w = ctx.lanes * 4 // size
+    rows, vectors = register_tile(ctx.lanes)
+    panel = min(vectors, -(-n // w)) * w
     full, rest = n // panel, n % panel
     panels = full + (1 if rest else 0)
     min_panels = max(1, -(-PARALLEL_MIN_FMAS // (m * k * panel)))
+    kblocks = k_blocks(k, panel * size)
+    mc = row_block(m, kblocks[0][1] * size, rows)
+    packs = m > rows  # more than one row tile reads each block of B: copy it contiguous once
+    fused = epilogue is not None and len(kblocks) == 1 and mc == m
 
-    packs = m >= PACK_MIN_ROWS and (n * ITEMSIZE[prec]) % 4096 == 0
-
-    def run_panels(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
-        ops = [pointer(sub, x) for x in (a, b, c)]
-        # this thread's copy of one k-block of a B panel (contiguous rows: no cache-set conflicts)
-        pack = scratch_ptr(sub, sub.scratch_alloc(min(k, K_BLOCK) * panel * ITEMSIZE[prec])) if packs else None
+    def each_panel(sub: EmitContext, start: ir.Value, stop: ir.Value, body: Callable[[ir.Value, int], None]) -> None:
         with sub.for_range(start, stop, name="panel") as j:
             if rest and full:
                 with sub.b.if_else(sub.b.icmp_signed("<", j, I64(full))) as (then, otherwise):
                     with then:
-                        _panel(sub, ty, w, m, n, k, panel, panel, ops, j, ta, alpha, beta, epilogue, pack)
+                        body(j, panel)
                     with otherwise:
-                        _panel(sub, ty, w, m, n, k, panel, rest, ops, j, ta, alpha, beta, epilogue, pack)
+                        body(j, rest)
             else:
-                _panel(sub, ty, w, m, n, k, panel, panel if full else rest, ops, j, ta, alpha, beta, epilogue,
-                       pack)
+                body(j, panel if full else rest)
+
+    def run_panels(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+        ops = [pointer(sub, x) for x in (a, b, c)]
+        # this thread's copy of one k-block of a B panel (contiguous rows: no cache-set conflicts)
+        pack = scratch_ptr(sub, sub.scratch_alloc(kblocks[0][1] * panel * size)) if packs else None
+        for k0, kc in kblocks:
+            block_beta = beta if k0 == 0 else 1.0  # later blocks add onto the partial C
+            for i0, mrows, count in _runs(m, mc):
+                with _maybe_loop(sub, count, "mblock") as t:
+                    row0 = sub.b.add(I64(i0), sub.b.mul(t, I64(mrows)))
+
+                    def tiles(j: ir.Value, width: int) -> None:
+                        _block(sub, ty, w, (m, n, k), panel, width, ops, j, (row0, mrows), (k0, kc), ta, alpha,
+                               block_beta, pack)
+                        if fused:
+                            epilogue(sub, sub.b.mul(j, I64(panel)), width)
+
+                    each_panel(sub, start, stop, tiles)
+        if epilogue is not None and not fused:
+            each_panel(sub, start, stop, lambda j, width: epilogue(sub, sub.b.mul(j, I64(panel)), width))
 
     if panels >= 2 * min_panels and all(isinstance(x, MovableRef) for x in (a, b, c)):
         ctx.parallel_for(panels, run_panels, grain=1, min_work=min_panels)
@@ -210,47 +242,55 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
         run_panels(ctx, I64(0), I64(panels))
 
 
-def _panel(ctx: EmitContext, ty: ir.Type, w: int, m: int, n: int, k: int, panel: int, width: int,
-           ops: list[ir.Value], j: ir.Value, ta: bool, alpha: float, beta: float,
-           epilogue: Epilogue | None, pack: ir.Value | None = None) -> None:
-    """Column panel `j` (`width` columns from `j·panel`): for each block of k, every row tile of
-    it (the block's rows of B stay in L2 while A streams past), then the epilogue.  With `pack`,
-    each block of B is first copied there as contiguous `[kc, panel]` rows: B's own row stride
-    (`n` elements, often a multiple of 4 KiB) maps a panel's rows onto few cache sets."""
+def _block(ctx: EmitContext, ty: ir.Type, w: int, dims: tuple[int, int, int], panel: int, width: int,
+           ops: list[ir.Value], j: ir.Value, row_span: tuple[ir.Value, int], k_span: tuple[int, int], ta: bool,
+           alpha: float, beta: float, pack: ir.Value | None) -> None:
+    """Rows `row_span` (first row, count) × column panel `j` (`width` columns from `j·panel`) ×
+    `k_span` (first k, length): every row tile of it.  With `pack`, the block of B is first copied
+    there as contiguous `[kc, panel]` rows: every row tile then reads one dense block (no TLB or
+    cache-set cost from B's own row stride of `n` elements)."""
     b = ctx.b
+    m, n, k = dims
+    (row0, mrows), (k0, kc) = row_span, k_span
     nv = -(-width // w)
-    mr = max(1, min(m, ACCUMULATORS.get(ctx.lanes, 12) // nv))
+    tile_rows, tile_vectors = register_tile(ctx.lanes)
+    mr = max(1, min(mrows, tile_rows * tile_vectors // nv))
     size = 4 if ty == F32 else 8
     a, bm, c = ops
     col = b.mul(j, I64(panel))
     a_row, a_col = (1, m) if ta else (k, 1)  # element strides of op(A) along rows and along k
-    for k0, kc in k_blocks(k):
-        block_beta = beta if k0 == 0 else 1.0  # later blocks add onto the partial C
-        if pack is not None:
-            with ctx.for_range(0, kc, name="pack") as r:
-                src = ctx.addr(0, b.add(b.mul(b.add(r, I64(k0)), I64(n)), col), size, base=bm)
-                copy_bytes(ctx, ctx.addr(0, b.mul(r, I64(panel)), size, base=pack), src, width * size)
-            b_at, ldb = ctx.addr(0, I64(0), size, base=pack), panel
-        else:
-            b_at, ldb = ctx.addr(0, b.add(col, I64(k0 * n)), size, base=bm), n
-        for i0, rows, count in _runs(m, mr):
-            fn = TileShape(ty, w, rows, nv, block_beta != 0.0).function(ctx)
-            with _maybe_loop(ctx, count, "rtile") as tr:
-                row0 = b.add(I64(i0), b.mul(tr, I64(rows)))
-                a_at = b.add(b.mul(row0, I64(a_row)), I64(k0 * a_col))
-                b.call(fn, [ctx.addr(0, a_at, size, base=a), b_at,
-                            ctx.addr(0, b.add(b.mul(row0, I64(n)), col), size, base=c),
-                            I64(a_row), I64(a_col), I64(ldb), I64(n), I64(kc), I64(width - (nv - 1) * w),
-                            ir.Constant(ty, alpha), ir.Constant(ty, block_beta)])
-    if epilogue is not None:
-        epilogue(ctx, col, width)
+    if pack is not None:
+        with ctx.for_range(0, kc, name="pack") as r:
+            src = ctx.addr(0, b.add(b.mul(b.add(r, I64(k0)), I64(n)), col), size, base=bm)
+            copy_bytes(ctx, ctx.addr(0, b.mul(r, I64(panel)), size, base=pack), src, width * size)
+        b_at, ldb = ctx.addr(0, I64(0), size, base=pack), panel
+    else:
+        b_at, ldb = ctx.addr(0, b.add(col, I64(k0 * n)), size, base=bm), n
+    for i0, rows, count in _runs(mrows, mr):
+        fn = TileShape(ty, w, rows, nv, beta != 0.0, ragged=width % w != 0).function(ctx)
+        with _maybe_loop(ctx, count, "rtile") as tr:
+            r0 = b.add(row0, b.add(I64(i0), b.mul(tr, I64(rows))))
+            a_at = b.add(b.mul(r0, I64(a_row)), I64(k0 * a_col))
+            b.call(fn, [ctx.addr(0, a_at, size, base=a), b_at,
+                        ctx.addr(0, b.add(b.mul(r0, I64(n)), col), size, base=c),
+                        I64(a_row), I64(a_col), I64(ldb), I64(n), I64(kc), I64(width - (nv - 1) * w),
+                        ir.Constant(ty, alpha), ir.Constant(ty, beta)])
 
 
-def k_blocks(k: int) -> list[tuple[int, int]]:
-    """(first k, length) of near-equal blocks of at most `K_BLOCK` (one block when k fits)."""
-    count = -(-k // K_BLOCK)
+def k_blocks(k: int, row_bytes: int) -> list[tuple[int, int]]:
+    """(first k, length) of near-equal blocks of at most `K_BLOCK` rows of B, each block of a panel
+    (`row_bytes` per row) within a quarter of L2 (one block when k fits)."""
+    limit = max(1, min(K_BLOCK, L2_BYTES // 4 // row_bytes))
+    count = -(-k // limit)
     size = -(-k // count)
     return [(k0, min(size, k - k0)) for k0 in range(0, k, size)]
+
+
+def row_block(m: int, a_row_bytes: int, tile_rows: int) -> int:
+    """Rows of A per block: as many whole register tiles as keep the block (`a_row_bytes` per row)
+    within half of L2, where it stays while every panel of B passes over it; all of `m` if it fits."""
+    rows = max(tile_rows, L2_BYTES // 2 // a_row_bytes // tile_rows * tile_rows)
+    return min(m, rows)
 
 
 def _runs(total: int, step: int) -> list[tuple[int, int, int]]:
@@ -278,7 +318,8 @@ class TileShape:
     Each shape is one internal function per module, shared by every GEMM that needs it:
     `void (ptr a, ptr b, ptr c, i64 a_row, i64 a_col, i64 ldb, i64 ldc, i64 k, i64 tail, T α, T β)`
     with `a`, `b`, `c` at the tile's corner, element strides for op(A), B and C, and `tail` lanes
-    of the last vector inside C (a run-time mask, so ragged edges share the function).
+    of the last vector inside C (a run-time mask, so ragged edges share the function; `ragged =
+    False` tiles ignore it and load and store whole vectors).
     `accumulate` tiles compute `α·AB + β·C`; the others `α·AB` and never read C (it may hold NaN).
     """
 
@@ -287,12 +328,13 @@ class TileShape:
     rows: int
     vectors: int
     accumulate: bool
+    ragged: bool = True  # the last vector may be partly outside C (masked loads and stores)
 
     @property
     def name(self) -> str:
         """The function's symbol, e.g. `rlx.tile.f32.r6.v4`."""
         return (f"rlx.tile.{'f32' if self.ty == F32 else 'f64'}.r{self.rows}.v{self.vectors}"
-                + (".acc" if self.accumulate else ""))
+                + (".acc" if self.accumulate else "") + ("" if self.ragged else ".whole"))
 
     def function(self, ctx: EmitContext) -> ir.Function:
         """The tile function in `ctx`'s module, defined on first use."""
@@ -316,7 +358,7 @@ class TileShape:
         bld, w, nv = ctx.b, self.w, self.vectors
         vty = ir.VectorType(self.ty, w)
         last = bld.icmp_signed("<", lane_ids(w), splat(bld, tail, w))  # lanes of the last vector inside C
-        masks = [None] * (nv - 1) + [last]
+        masks = [None] * (nv - 1) + [last if self.ragged else None]
         fma = ctx.intrinsic(f"llvm.fma.{suffix(vty)}", vty, [vty, vty, vty])
         acc = [[entry_alloca(ctx, vty) for _ in range(nv)] for _ in range(self.rows)]
         for slot in (s for row in acc for s in row):

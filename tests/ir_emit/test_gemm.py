@@ -22,7 +22,7 @@ from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import HalfKind
 from rlx_llvm.errors import ExecutionError, ValidationError
-from rlx_llvm.ir_emit.gemm import ACCUMULATORS, GEMM_MODE_ENV, PANEL_VECTORS
+from rlx_llvm.ir_emit.gemm import GEMM_MODE_ENV, register_tile
 from rlx_llvm.kernels.blas import Status
 from rlx_llvm.ops import Activation
 from tests.harness import NAN_FILL as SENTINEL  # every output byte starts as a NaN
@@ -125,8 +125,8 @@ def gemm_cases(lay: Suite) -> list[tuple[str, object]]:
 
 
 def k_block_cases(lay: Suite) -> list[tuple[str, object]]:
-    """k beyond one `K_BLOCK` (later blocks accumulate onto C) and packed B panels (m ≥ 512 with
-    B rows a multiple of 4 KiB apart), with transposes, an epilogue and f64."""
+    """k beyond one `K_BLOCK` (later blocks accumulate onto C) and packed B panels (more than one row
+    tile), with transposes, an epilogue and f64."""
     return [
         ("kblock sgemm 70x1100x200", T.Sgemm(a=lay.put(lay.normal(70, 1100)), b=lay.put(lay.normal(1100, 200)),
                                              c=lay.slot(70 * 200 * 4), m=70, k=1100, n=200)),
@@ -261,8 +261,8 @@ def test_by_default_real_gemms_run_as_ir_tiles() -> None:
     c64 = T.CgemmC64(a=lay.put(lay.normal(4, 8)), b=lay.put(lay.normal(4, 8)), c=lay.slot(128), m=4, k=4, n=4)
     with gemm_mode("auto"):
         prog = rl.compile(rl.ThunkSchedule([t, c64], arena_bytes=lay.nbytes), cache=False)
-    rows = ACCUMULATORS[rl.jit.host().lanes(32)] // PANEL_VECTORS  # 6 with AVX-512, 3 with AVX2
-    assert f'@"rlx.tile.f32.r{rows}.v4"' in prog.llvm_ir(thunk=0) and "rlx_sgemm" not in prog.llvm_ir(thunk=0)
+    rows, vectors = register_tile(rl.jit.host().lanes(32))  # 6 × 4 with AVX-512, 6 × 2 with AVX2
+    assert f'@"rlx.tile.f32.r{rows}.v{vectors}.whole"' in prog.llvm_ir(thunk=0) and "rlx_sgemm" not in prog.llvm_ir(thunk=0)
     assert 'call void @"rlx_cgemm"(' in prog.llvm_ir(thunk=1)
 
 
@@ -394,8 +394,12 @@ def test_out_of_range_codebook_code_is_an_execution_error() -> None:
                      w_transposed=False), "num_experts", "num_experts = 0"),
 ])
 def test_dims_that_do_not_fit_are_validation_errors(thunk, field: str, needle: str) -> None:
-    with pytest.raises(ValidationError) as info:
-        rl.compile(rl.ThunkSchedule([thunk], arena_bytes=2**46), cache=False)
+    rl.limits.set_max_memory(2**47)  # the 64 TiB arena is only validated, never allocated
+    try:
+        with pytest.raises(ValidationError) as info:
+            rl.compile(rl.ThunkSchedule([thunk], arena_bytes=2**46), cache=False)
+    finally:
+        rl.limits.set_max_memory(None)
     assert info.value.field == field and needle in str(info.value) and info.value.index == 0
 
 
@@ -404,3 +408,12 @@ def test_operands_past_the_arena_name_their_field() -> None:
         rl.compile(rl.ThunkSchedule([T.Sgemm(a=4096, b=0, c=256, m=4, k=4, n=4)], arena_bytes=4096),
                    cache=False)
     assert info.value.field == "a" and "4096" in str(info.value)
+
+
+@pytest.mark.parametrize("lanes, tile", [(4, (6, 2)), (8, (6, 2)), (16, (6, 4))])
+def test_register_tile_fills_the_register_file(lanes: int, tile: tuple[int, int]) -> None:
+    """6 rows × as many vectors as fit beside one B vector each and a broadcast: 16 registers on
+    SSE/AVX2, 32 on AVX-512."""
+    rows, vectors = register_tile(lanes)
+    assert (rows, vectors) == tile
+    assert rows * vectors + vectors + 1 <= (32 if lanes == 16 else 16)
