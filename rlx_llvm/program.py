@@ -55,12 +55,12 @@ def compile(schedule, *, opt_level: int = 3, cache: "bool | str | os.PathLike | 
     """
     if opt_level not in (0, 1, 2, 3):
         raise ValidationError(f"opt_level must be 0..3, got {opt_level!r}")
-    limits.check_schedule(schedule)
     store = object_cache.resolve_cache(cache)
     warm = object_cache.warm_lookup(store, schedule, opt_level) if store is not None else None
     if warm is None:
         registry.load_all()
         validate_schedule(schedule, registry.LOWERINGS)
+    limits.check_schedule(schedule)   # the arena and thunk count it asks for, before anything is allocated
     return Program(schedule, opt_level, store, warm, tiered)
 
 
