@@ -258,27 +258,36 @@ def match_bert_layer(g: GraphCore, root: Node, count: dict[int, int]) -> dict | 
     return None
 
 
-def fuse_bert_layers(graph: GraphCore, log: FusionLog) -> GraphCore:
-    """Post-LN BERT layers (QKV matmul, narrows, attention, projection, residual LN, GELU FFN, residual LN)
-    → one `fused_bert_layer` node each (FusedBertLayer)."""
+def rewrite_matches(graph: GraphCore, match: Callable[[GraphCore, Node, dict[int, int]], dict | None],
+                    emit: Callable[[Rewriter, Node, dict], None]) -> GraphCore:
+    """`graph` with every node `match` takes (a dict holding the pattern's `inner` nodes) replaced by `emit`'s
+    node(s) and the inner nodes dropped; a match that overlaps an earlier one is left as it is."""
     count = users(graph)
-    found = {}
+    found, taken = {}, set()
     for node in graph.nodes:
-        hit = match_bert_layer(graph, node, count)
-        if hit and not (hit["inner"] & set().union(*[h["inner"] for h in found.values()]) if found else False):
+        hit = match(graph, node, count)
+        if hit and not hit["inner"] & taken:
             found[node.id] = hit
+            taken |= hit["inner"]
     if not found:
         return graph
-    dead = set().union(*[h["inner"] for h in found.values()])
     rw = Rewriter(graph)
     for node in graph.nodes:
         if node.id in found:
-            hit = found[node.id]
-            rw.keep(node, op="fused_bert_layer", inputs=hit["inputs"], attrs=hit["attrs"])
-            log.add("bert_layer", f"%{node.source_id}: {len(hit['inner']) + 1} nodes → FusedBertLayer")
-        elif node.id not in dead:
+            emit(rw, node, found[node.id])
+        elif node.id not in taken:
             rw.keep(node)
     return rw.finish()
+
+
+def fuse_bert_layers(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """Post-LN BERT layers (QKV matmul, narrows, attention, projection, residual LN, GELU FFN, residual LN)
+    → one `fused_bert_layer` node each (FusedBertLayer)."""
+    def emit(rw: Rewriter, node: Node, hit: dict) -> None:
+        rw.keep(node, op="fused_bert_layer", inputs=hit["inputs"], attrs=hit["attrs"])
+        log.add("bert_layer", f"%{node.source_id}: {len(hit['inner']) + 1} nodes → FusedBertLayer")
+
+    return rewrite_matches(graph, match_bert_layer, emit)
 
 
 FUSABLE_ACTS = {Activation.Gelu, Activation.GeluApprox, Activation.Relu, Activation.Silu, Activation.Sigmoid,

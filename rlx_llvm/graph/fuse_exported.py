@@ -28,7 +28,7 @@ from typing import Callable
 from ..dtypes import DType
 from ..ops import Activation, BinaryOp, MaskKind, ReduceOp
 from .core import GraphCore, Node
-from .fuse import FusionLog, Rewriter, _binary_pair, _scalar_constant, users
+from .fuse import FusionLog, Rewriter, _binary_pair, _scalar_constant, rewrite_matches, users
 
 HEADS = (0, 2, 1, 3)           # [B, S, H, D] → [B, H, S, D]
 HEADS_T = (0, 2, 3, 1)         # [B, S, H, D] → [B, H, D, S]
@@ -155,24 +155,6 @@ def fuse_head_split_attention(graph: GraphCore, log: FusionLog) -> GraphCore:
                                       f"→ Attention ({hit['heads']} heads, {'keep-mask' if masked else 'no mask'})")
 
     return drop_unread(rewrite_matches(graph, match_head_split_attention, emit))
-
-
-def rewrite_matches(graph: GraphCore, match: Callable[[GraphCore, Node, dict[int, int]], dict | None],
-                    emit: Callable[[Rewriter, Node, dict], None]) -> GraphCore:
-    """`graph` with every node `match` takes (a dict with the pattern's `inner` nodes) replaced by `emit`'s
-    node(s) and the inner nodes dropped."""
-    count = users(graph)
-    found = {node.id: hit for node in graph.nodes if (hit := match(graph, node, count))}
-    if not found:
-        return graph
-    dead = set().union(*[h["inner"] for h in found.values()])
-    rw = Rewriter(graph)
-    for node in graph.nodes:
-        if node.id in found:
-            emit(rw, node, found[node.id])
-        elif node.id not in dead:
-            rw.keep(node)
-    return rw.finish()
 
 
 def _keep_rows(rw: Rewriter, keep: Node, keeps: dict[int, int]) -> int:
