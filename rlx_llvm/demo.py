@@ -52,7 +52,8 @@ def build(rows: int, hidden: int):
     return ThunkSchedule(thunks, arena_bytes=at.top), at.slots
 
 
-def _median_ms(fn, repeat: int) -> float:
+def median_ms(fn, repeat: int) -> float:
+    """Median wall time of `repeat` calls of `fn`, in milliseconds."""
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -117,8 +118,8 @@ def main(quick: bool = False) -> int:
         return f32_to_bf16_bits(yv)
 
     repeat = 5 if quick else 10
-    ours = _median_ms(lambda: prog.run(arena), repeat)
-    theirs = _median_ms(numpy_block, max(3, repeat // 2))
+    ours = median_ms(lambda: prog.run(arena), repeat)
+    theirs = median_ms(numpy_block, max(3, repeat // 2))
     flops = 2 * 2 * rows * hidden * inner
     print(f"time per run: rlx-llvm {ours:.2f} ms ({flops / ours / 1e6:.0f} GFLOP/s), NumPy {theirs:.2f} ms "
           f"→ {theirs / ours:.1f}× faster")

@@ -40,15 +40,6 @@ def sentence_output(names: Sequence[str], outputs: Sequence[np.ndarray], batch: 
     raise ValueError(f"no float32 [batch, hidden] output among {list(names)}")
 
 
-def _median_ms(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
-
-
 def _unit(v: np.ndarray) -> np.ndarray:
     return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
 
@@ -56,6 +47,7 @@ def _unit(v: np.ndarray) -> np.ndarray:
 def main(model_path: str, texts: Sequence[str], threads: int = 1, repeat: int = 20) -> int:
     """Embed `texts` with the ONNX model through rlx_llvm and, when installed, ONNX Runtime; print both."""
     import rlx_llvm as rl
+    from ..demo import median_ms
     from . import OnnxModel
 
     if not texts:
@@ -68,7 +60,7 @@ def main(model_path: str, texts: Sequence[str], threads: int = 1, repeat: int = 
     first_ms = (time.perf_counter() - t0) * 1e3
     k = sentence_output(model.output_names, outputs, len(texts))
     vectors = _unit(np.asarray(outputs[k]))
-    ms = _median_ms(lambda: model.run(feeds), repeat)
+    ms = median_ms(lambda: model.run(feeds), repeat)
     cg = model.compiled({n: feeds[n].shape for n in model.input_names})
     kinds = sorted({type(t).__name__ for t in cg.schedule.thunks})
     print(f"model: {model_path}")
@@ -94,7 +86,7 @@ def main(model_path: str, texts: Sequence[str], threads: int = 1, repeat: int = 
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     sess = ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
     theirs = _unit(sess.run(None, feeds)[k])
-    ort_ms = _median_ms(lambda: sess.run(None, feeds), repeat)
+    ort_ms = median_ms(lambda: sess.run(None, feeds), repeat)
     print(f"onnxruntime: {ort_ms:.3f} ms per run ({threads} thread(s)); "
           f"largest |cos_rlx − cos_ort| = {float(np.abs(vectors @ vectors.T - theirs @ theirs.T).max()):.2e}")
     print(f"rlx_llvm / onnxruntime time: {ms / ort_ms:.2f}×")
