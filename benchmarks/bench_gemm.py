@@ -152,7 +152,7 @@ def sgemm_case(m: int, k: int, n: int, rng: np.random.Generator) -> dict:
     for name, got in (("rlx-llvm", arena.view(c_off, "f32", (m, n))),
                       ("rlx-llvm, BLAS call", arena_blas.view(c_off, "f32", (m, n))),
                       ("numpy.matmul", out_np), ("scipy sgemm", out_sp)):
-        _check(f"sgemm {m}x{k}x{n} {name}", got, want, 1e-4)
+        _check(f"sgemm {m}x{k}x{n} {name}", got, want, 1e-4 * max(1.0, k / 1024))  # f32 sums grow with k
     return fns
 
 
