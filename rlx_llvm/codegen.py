@@ -14,7 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import jit, registry
-from .ir_emit import shared_bodies
+from .ir_emit import peephole, shared_bodies
 from .ir_emit.context import EmitContext, snake
 from .ir_emit.toolkit import I32, I64, PTR
 
@@ -79,6 +79,7 @@ class ModuleBuilder:
         self.body_of: dict[int, str] = {}  # thunk index → the shared body its function calls
         self.nested_rows: dict[int, list[NestedRow]] = {}  # top-level index → its nested thunks
         self._top = 0  # the top-level thunk being emitted
+        self.fused = peephole.fusions(schedule.thunks)  # index → the adjacent pair it runs in
 
     def declare(self, name: str, fnty: ir.FunctionType) -> ir.Function:
         existing = self.module.globals.get(name)
@@ -92,12 +93,16 @@ class ModuleBuilder:
         self._top = index
         t0 = time.perf_counter()
         name = f"t{index}_{snake(type(thunk).__name__)}"
-        if registry.LOWERINGS[type(thunk)].shared_body:
+        fusion = self.fused.get(index)
+        if fusion is not None:
+            fn, ctx = self._fused(name, index, thunk, fusion)
+        elif registry.LOWERINGS[type(thunk)].shared_body:
             fn, ctx = self._table_row(name, index, thunk)
         else:
             fn, ctx = self._thunk(name, index, thunk, self.schedule)
         self.scratch_bytes = max(self.scratch_bytes, ctx.scratch_bytes)
-        self.paths[index] = _path_taken(ctx.paths, registry.LOWERINGS[type(thunk)].path)
+        self.paths[index] = (fusion.path(index) if fusion else
+                             _path_taken(ctx.paths, registry.LOWERINGS[type(thunk)].path))
         self.emit_ms[index] = (time.perf_counter() - t0) * 1e3
         self.symbols[index] = fn.body.name if isinstance(fn, TableRow) else fn.name
         return fn
@@ -110,6 +115,16 @@ class ModuleBuilder:
         else:
             ctx = self._emit(fn, index, thunk, schedule, fields=False)
         self.module.add_named_metadata("rlx.thunks", [ir.MetaDataString(self.module, f"{name}: {thunk!r}")])
+        return fn, ctx
+
+    def _fused(self, name: str, index: int, thunk, fusion: "peephole.Fusion") -> tuple[ir.Function, EmitContext]:
+        """Thunk `index` of a fused adjacent pair (`ir_emit.peephole`): the first runs the pair's kernel."""
+        fn = self._function(name)
+        ctx = EmitContext(self.module, fn, index, thunk, self.schedule, self.lanes, self.declare)
+        fusion.emit_at(ctx, index)
+        ctx.finish()
+        note = f"{name}: {thunk!r} — {fusion.path(index)}"
+        self.module.add_named_metadata("rlx.thunks", [ir.MetaDataString(self.module, note)])
         return fn, ctx
 
     def nested(self, schedule, prefix: str) -> tuple[ir.Function, int]:
