@@ -3,16 +3,22 @@
 Ours is `rl.onnx.OnnxModel` (import → fusion → native code); "unfused" is the same model with the exported-
 pattern passes (graph/fuse_exported.py) switched off, the A/B that shows what recognising the exporter's
 attention and layer patterns buys.  ORT runs sequential execution with intra_op_num_threads = our thread
-count.  Interleaved rounds (each round calls every runtime once, rotating the order; one untimed call before
-each timed one so the other runtime's spinning workers go idle); medians of wall time and of per-call process
-CPU time, and the median per-round ratio against ORT (below 1: faster than ORT).
+count.  Interleaved rounds (each round calls every runtime once, rotating the order).  Before each timed call:
+a wait until the process is idle — ONNX Runtime's intra-op workers spin on for ~45 ms of CPU after a call, and
+left running they would share our cores and be billed as our CPU time (at 2 threads and 1×128 that made ours
+look 1.9× ORT) — then one untimed call of the same runtime, so each runtime's timed call follows its own call
+(its pool as warm as in a loop of calls).  Medians of wall time and of per-call process CPU time, and the
+median per-round ratio against ORT (below 1: faster than ORT).
+
+`--profile` prints our time per thunk (each compiled alone, run on the model's arena, ~2 µs of call overhead
+each) at every thread count: wall and process CPU medians, then the totals per thunk kind.
 
 `--gemms` adds where the time goes: the model's GEMM shapes (batch·seq rows × hidden 384 / FFN 1536), each
 as one `FusedMmBiasAct` program against an ONNX Runtime model of one MatMul + Add, at one thread (per-call
 process CPU time medians, GFLOP/s).
 
     cd /work/main && PYTHONPATH=. python benchmarks/bench_onnx_minilm.py [--threads 1,2] [--shapes 1x128,8x128]
-        [--rounds 20] [--no-unfused] [--report] [--gemms]
+        [--rounds 20] [--no-unfused] [--report] [--profile] [--gemms]
 """
 from __future__ import annotations
 
@@ -74,13 +80,49 @@ def bench(path: str, feeds: dict, threads: int, rounds: int, unfused: bool, tabl
         fns[name] = lambda model=model: model.run(feeds)
     fns["ort"] = lambda: ort.run(None, feeds)
     cpu = {name: [] for name in fns}
+    warmup, settle = 3, 1
     t = common.interleaved({name: timed(fn, cpu[name]) for name, fn in fns.items()},
-                           rounds=rounds, warmup=3, settle=1)
-    med = lambda name: float(np.median(cpu[name][-t[name].n:]))  # noqa: E731 - the timed calls only
+                           rounds=rounds, warmup=warmup, settle=settle, before=common.wait_idle)
+    med = lambda name: float(np.median(cpu[name][warmup:][settle::settle + 1]))  # noqa: E731 - timed calls only
     b, s = feeds["input_ids"].shape
     for name in runners:
         table.add(f"{b}×{s}", threads, name, common.fmt_ms(t[name].median), common.fmt_ms(t["ort"].median),
                   f"{common.paired_ratio(t[name], t['ort']):.2f}", common.fmt_ms(med(name)), common.fmt_ms(med("ort")))
+
+
+def profile(path: str, feeds: dict, thread_counts: list[int], repeat: int = 30) -> "common.Table":
+    """Our schedule thunk by thunk: each compiled alone and run on the model's arena after a full run."""
+    import time
+    from rlx_llvm.program import compile as compile_schedule
+    from rlx_llvm.schedule import ThunkSchedule
+    model = rl.onnx.OnnxModel(path)
+    cg = model.compiled({k: v.shape for k, v in feeds.items()})
+    model.run(feeds)
+    arena, thunks = cg._current().arena, cg.schedule.thunks
+    programs = [compile_schedule(ThunkSchedule([t], arena_bytes=cg.schedule.arena_bytes)) for t in thunks]
+    cols = [f"{n}T {what}" for n in thread_counts for what in ("µs", "CPU µs")]
+    table = common.Table(["thunk", "kind", *cols], left=["thunk", "kind"])
+    times = np.zeros((len(thunks), 2 * len(thread_counts)))
+    for c, threads in enumerate(thread_counts):
+        rl.set_num_threads(threads)
+        for i, program in enumerate(programs):
+            samples = []
+            for _ in range(repeat):
+                w, cpu = time.perf_counter(), time.process_time()
+                program.run(arena)
+                samples.append((time.perf_counter() - w, time.process_time() - cpu))
+            times[i, 2 * c:2 * c + 2] = np.median(samples, axis=0) * 1e6
+    kinds: dict[str, np.ndarray] = {}
+    for i, t in enumerate(thunks):
+        table.add(f"t{i}", type(t).__name__, *(f"{v:.0f}" for v in times[i]))
+        kinds[type(t).__name__] = kinds.get(type(t).__name__, 0) + times[i]
+    table.rule()
+    for kind, row in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
+        table.add("Σ", kind, *(f"{v:.0f}" for v in row))
+    table.add("Σ", "all", *(f"{v:.0f}" for v in times.sum(axis=0)))
+    b, s = feeds["input_ids"].shape
+    table.note(f"{b}×{s}: per-thunk medians of {repeat} runs, each thunk compiled alone (~2 µs of call overhead)")
+    return table
 
 
 def gemm_programs(m: int, k: int, n: int):
@@ -134,6 +176,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--no-unfused", action="store_true", help="skip the A/B without the exported-pattern passes")
     ap.add_argument("--report", action="store_true", help="print the compiled program's fusions and thunks")
+    ap.add_argument("--profile", action="store_true", help="our time per thunk at each thread count")
     ap.add_argument("--gemms", action="store_true", help="the encoder's GEMM shapes alone, ours vs ORT, 1 thread")
     args = ap.parse_args()
     import onnxruntime
@@ -157,6 +200,9 @@ def main() -> None:
         cg = rl.onnx.OnnxModel(path).compiled({n: (b, s) for n in ("input_ids", "attention_mask")})
         cg.run(feeds_for(b, s))
         print(cg.report())
+    if args.profile:
+        for b, s in shapes:
+            print(profile(path, feeds_for(b, s), list(map(int, args.threads.split(",")))))
     if args.gemms:
         print(gemm_table(shapes))
 

@@ -167,12 +167,15 @@ def median_ms(fn: Callable[[], object], repeat: int = 20, warmup: int = 2) -> fl
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int = 15, warmup: int = 1,
-                budget_s: float | None = None, min_rounds: int = 5, settle: int = 0) -> dict[str, Timing]:
+                budget_s: float | None = None, min_rounds: int = 5, settle: int = 0,
+                before: Callable[[], object] | None = None) -> dict[str, Timing]:
     """Time several implementations in rounds — each round calls every one once, in an order that
     rotates from round to round — so that a noisy neighbour on a shared machine hurts them alike.
 
     `settle` untimed calls precede each timed one, so the previous implementation's thread pool
-    has gone idle (spinning workers yield) and this one's caches are warm when the clock starts.
+    has gone idle (spinning workers yield) and this one's caches are warm when the clock starts;
+    `before`, when given, is called ahead of those (e.g. `wait_idle`: the previous one's spinning
+    workers have stopped, so they neither share our cores nor count as our CPU time).
     Stops after `rounds` rounds, or earlier (after `min_rounds`) once `budget_s` seconds are spent."""
     names = list(fns)
     for name in names:
@@ -186,6 +189,8 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int = 15, warmup: 
         for r in range(rounds):
             k = r % len(names)
             for name in names[k:] + names[:k]:
+                if before is not None:
+                    before()
                 for _ in range(settle):
                     fns[name]()
                 out[name].samples.append(_once(fns[name]))
@@ -195,6 +200,17 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int = 15, warmup: 
         if gc_was:
             gc.enable()
     return out
+
+
+def wait_idle(window_s: float = 0.002, busy: float = 0.1, limit_s: float = 1.0) -> None:
+    """Sleep until this process's other threads stop using CPU (at most `limit_s`): a runtime's pool that
+    just ran may spin on (ONNX Runtime's intra-op workers keep spinning for ~45 ms of CPU after a call)."""
+    end = time.perf_counter() + limit_s
+    while time.perf_counter() < end:
+        cpu = time.process_time()
+        time.sleep(window_s)
+        if time.process_time() - cpu < busy * window_s:
+            return
 
 
 def paired_ratio(a: Timing, b: Timing) -> float:
