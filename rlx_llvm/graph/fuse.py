@@ -290,6 +290,31 @@ def fuse_bert_layers(graph: GraphCore, log: FusionLog) -> GraphCore:
     return rewrite_matches(graph, match_bert_layer, emit)
 
 
+NORMS = ("layer_norm", "rms_norm")
+
+
+def match_residual_norm(g: GraphCore, root: Node, count: dict[int, int]) -> dict | None:
+    """`norm(x + res, γ, β)` (LayerNorm or RmsNorm; the add private, x and res of the norm's shape), or None."""
+    if root.op not in NORMS:
+        return None
+    m = Match(g, count)
+    pair = m.add(root.inputs[0])
+    if not m.ok or any(g.nodes[i].shape != root.shape or g.nodes[i].dtype != DType.F32 for i in pair):
+        return None
+    return {"inputs": (*pair, *root.inputs[1:]), "inner": m.inner}
+
+
+def fuse_residual_norms(graph: GraphCore, log: FusionLog) -> GraphCore:
+    """`norm(x + res)` → one `residual_norm` node (FusedResidualLN / FusedResidualRmsNorm): the sum is
+    recomputed in the norm's passes, never written."""
+    def emit(rw: Rewriter, node: Node, hit: dict) -> None:
+        rw.keep(node, op="residual_norm", inputs=hit["inputs"], attrs={**node.attrs, "norm": node.op})
+        log.add("residual_norm", f"%{node.source_id}: {node.op}(x + residual) → FusedResidual"
+                                 f"{'LN' if node.op == 'layer_norm' else 'RmsNorm'}")
+
+    return rewrite_matches(graph, match_residual_norm, emit)
+
+
 FUSABLE_ACTS = {Activation.Gelu, Activation.GeluApprox, Activation.Relu, Activation.Silu, Activation.Sigmoid,
                 Activation.Tanh}
 
@@ -578,7 +603,7 @@ def fuse_conv(graph: GraphCore, log: FusionLog) -> GraphCore:
 
 Pass = Callable[[GraphCore, FusionLog], GraphCore]
 PASSES: list[Pass] = [fuse_conv, fuse_erf_gelu, fuse_exported, fuse_bert_layers, fuse_strided_reads, fuse_matmul_bias_act,
-                      fuse_transposed_matmul, fuse_sgd_momentum, fuse_regions, fuse_bias_add]
+                      fuse_residual_norms, fuse_transposed_matmul, fuse_sgd_momentum, fuse_regions, fuse_bias_add]
 
 
 def fuse(graph: GraphCore) -> tuple[GraphCore, FusionLog]:

@@ -1,4 +1,4 @@
-"""Neural-network layers: layer_norm and rms_norm over the last axis."""
+"""Neural-network layers: layer_norm and rms_norm over the last axis (and their fused forms)."""
 from __future__ import annotations
 
 from .. import thunks as T
@@ -43,6 +43,23 @@ def lower_norm(ctx: LowerContext, node: Node) -> None:
     rows = numel(node.shape) // h if h else 0
     ctx.emit(lambda at: kind(src=at(ix), g=at(ig), b=at(ib), dst=at(node.id), rows=rows, h=h, eps=node.attrs["eps"]),
              reads=[ix, ig, ib], writes=[node.id])
+
+
+@infers("residual_norm")
+def _infer_residual_norm(ins: list[Node], attrs: dict) -> tuple:
+    return ins[0].shape, ins[0].dtype
+
+
+@lowers("residual_norm")
+def lower_residual_norm(ctx: LowerContext, node: Node) -> None:
+    """`norm(x + res)·g + b` in one pass pair (made by the `residual_norm` fusion pass)."""
+    kind = T.FusedResidualLN if node.attrs["norm"] == "layer_norm" else T.FusedResidualRmsNorm
+    ix, ir, ig, ib = node.inputs
+    h = node.shape[-1]
+    rows = numel(node.shape) // h if h else 0
+    ctx.emit(lambda at: kind(x=at(ix), res=at(ir), bias=0, g=at(ig), b=at(ib), out=at(node.id), rows=rows, h=h,
+                             eps=node.attrs["eps"], has_bias=False),
+             reads=list(node.inputs), writes=[node.id])
 
 
 @infers("fused_bert_layer")

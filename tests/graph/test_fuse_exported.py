@@ -197,4 +197,6 @@ def test_packaged_minilm_runs_fused_and_matches_onnxruntime():
     cg = model.compiled({k: v.shape for k, v in feeds.items()})
     kinds = [type(t).__name__ for t in cg.schedule.thunks]
     assert kinds.count("Attention") == 3, cg.report()
+    assert kinds.count("FusedResidualLN") == 6, cg.report()   # 2 per layer: no separate residual add
+    assert kinds.count("LayerNorm") == 1, cg.report()         # the embeddings' (positions broadcast over batch)
     assert not {"Softmax", "BatchedSgemm"} & set(kinds), cg.report()

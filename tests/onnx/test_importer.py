@@ -70,7 +70,7 @@ def test_transformer_block_matches_onnxruntime(transformer_block, shape):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(b).max())))
     cg = om.compiled({"x": x.shape})
     kinds = {type(t).__name__ for t in cg.schedule.thunks}
-    assert "LayerNorm" in kinds and "Softmax" in kinds and not any("Shape" in k for k in kinds)
+    assert "FusedResidualLN" in kinds and "Softmax" in kinds and not any("Shape" in k for k in kinds)
 
 
 def test_shape_arithmetic_folds_and_initializers_become_params(transformer_block):
