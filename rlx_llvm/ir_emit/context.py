@@ -43,6 +43,28 @@ def _alignment(offset: int, itemsize: int) -> int:
     return min(itemsize, offset & -offset)
 
 
+@contextlib.contextmanager
+def _at_entry(b: ir.IRBuilder):
+    """Emit into the entry block (before its terminator), then return to exactly where the builder
+    was.  Unlike llvmlite's `goto_entry_block`, which returns to the *end* of the old block, this
+    nests inside an emitter's own `goto_entry_block` (region's scalar loads)."""
+    block, anchor = b.block, b._anchor
+    if block is b.function.entry_basic_block:  # already there: here dominates the rest
+        yield
+        return
+    entry = b.function.entry_basic_block
+    if entry.terminator is None:
+        b.position_at_end(entry)
+    else:
+        b.position_before(entry.terminator)
+    try:
+        yield
+    finally:
+        b.position_at_end(block)
+        if anchor < len(block.instructions):
+            b.position_before(block.instructions[anchor])
+
+
 class EmitContext:
     """What an emitter needs: the builder, the arena pointer, loop and lane helpers."""
 
@@ -97,7 +119,7 @@ class EmitContext:
         loaded once, in the entry block (invariant: the table never changes)."""
         k, byte = divmod(offset, FIELD_STRIDE)
         if k not in self._field_ptrs:
-            with self.b.goto_entry_block():
+            with _at_entry(self.b):
                 slot = self.b.gep(self.arena, [I64(8 * k)], source_etype=I8, inbounds=True)
                 ptr = self.b.load(slot, typ=PTR, align=8)
                 ptr.set_metadata("invariant.load", self.module.add_metadata([]))

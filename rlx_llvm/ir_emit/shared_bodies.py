@@ -24,9 +24,18 @@ LINE = 64
 
 
 def buffer_fields(thunk: Thunk) -> list[str]:
-    """The thunk's offset fields, in declaration order (those its read/write extents name)."""
-    named = {e.field for e in chain(thunk._reads(), thunk._writes())}
-    return [name for name in _field_names(type(thunk)) if name in named]
+    """The thunk's offset fields, in declaration order (those its read/write extents name; an extent
+    `input_offs[2]` names entry 2 of the tuple-valued field `input_offs`)."""
+    return list(_offset_fields(thunk))
+
+
+def _offset_fields(thunk: Thunk) -> dict[str, bool]:
+    """Offset field → whether its extents index it (`input_offs[2]`), in declaration order."""
+    named: dict[str, bool] = {}
+    for e in chain(thunk._reads(), thunk._writes()):
+        name, bracket, _ = e.field.partition("[")
+        named[name] = bool(bracket)
+    return {name: named[name] for name in _field_names(type(thunk)) if name in named}
 
 
 @functools.cache
@@ -35,22 +44,35 @@ def _field_names(cls: type) -> tuple[str, ...]:
 
 
 def canonical(thunk: Thunk) -> tuple[Thunk, list[int]]:
-    """The canonical thunk and the real offset of each virtual buffer (index k - 1 for buffer k)."""
+    """The canonical thunk and the real offset of each virtual buffer (index k - 1 for buffer k).
+
+    An indexed offset field holds an offset per entry (`ElementwiseRegion.input_offs`) or entries
+    that carry one (`Concat.inputs`: `(offset, axis_extent, numel)`); the offset in such a tuple is
+    first unless the class's `outer_offset_at` says otherwise (as `testing.layout` reads it)."""
     numbers: dict[int, int] = {}
     bases: list[int] = []
-    changes = {}
-    for name in buffer_fields(thunk):
-        offset = getattr(thunk, name)
+
+    def virtual(offset: int) -> int:
         if offset in (0, USIZE_MAX):
-            continue
+            return offset
         if offset not in numbers:
             bases.append(offset - offset % LINE)
             numbers[offset] = len(bases)
-        changes[name] = numbers[offset] * FIELD_STRIDE + offset % LINE
+        return numbers[offset] * FIELD_STRIDE + offset % LINE
+
+    def entry(value: "int | tuple", at: int) -> "int | tuple":
+        if isinstance(value, int):
+            return virtual(value)
+        return (*value[:at], virtual(value[at]), *value[at + 1:])
+
+    changes = {}
+    for name, indexed in _offset_fields(thunk).items():
+        value, at = getattr(thunk, name), getattr(type(thunk), "outer_offset_at", {}).get(name, 0)
+        changes[name] = tuple(entry(v, at) for v in value) if indexed else entry(value, at)
     return _with(thunk, changes), bases
 
 
-def _with(thunk: Thunk, changes: dict[str, int]) -> Thunk:
+def _with(thunk: Thunk, changes: dict[str, object]) -> Thunk:
     """`dataclasses.replace` for offset fields, without re-running field coercion (the new values
     are plain ints): a quarter of the cost, which matters at one call per thunk."""
     form = object.__new__(type(thunk))

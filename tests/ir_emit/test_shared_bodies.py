@@ -2,15 +2,18 @@
 compiled body, and still compute exactly what each would compute alone."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 
 import numpy as np
 
+import rlx_llvm as rl
+from rlx_llvm import registry, testing
 from rlx_llvm import thunks as T
 from rlx_llvm.ir_emit.context import FIELD_STRIDE
 from rlx_llvm.ir_emit.shared_bodies import buffer_fields, canonical
-from rlx_llvm.ops import MaskKind
+from rlx_llvm.ops import BinaryOp, ChainOperand as In, ChainStep as S, MaskKind
 from rlx_llvm.thunks.base import USIZE_MAX
 from tests.harness import Suite, bert_inputs
 
@@ -85,10 +88,90 @@ def test_repeated_copies_run_as_rows_of_one_table_and_each_matches_the_reference
     assert len({r.body for r in rows}) == 5  # copy, skewed, in place, f64, big
     ir_text = prog.llvm_ir()
     assert not re.search(r"^define .*@\"?t[1-9]\d*_copy\"?\(", ir_text, re.M)  # no function per thunk
-    assert re.search(r"segment0\.rows0.*= private unnamed_addr constant \[5 x \[2 x i64\]\]", ir_text)
+    assert re.search(r"segment0\.rows0.*= private unnamed_addr constant \[10 x i64\]", ir_text)  # 5 rows of 2
     assert "thunks 0..4, row r = thunk 0 + r" in ir_text
     assert f"@\"{rows[3].body}\"(" in outcome.thunk_ir("copy3") and "; thunk 3: Copy(" in outcome.thunk_ir("copy3")
     for name in s.names:
         outcome.check(name)
     outcome.check_untouched()
     outcome.check_thread_independent()
+
+
+# ── every shared kind, against its own function per thunk ──────────────────
+
+@contextlib.contextmanager
+def functions_per_thunk():
+    """Compile as before shared bodies: every lowering emits a function of its own per thunk."""
+    saved = dict(registry.LOWERINGS)
+    registry.LOWERINGS.update({cls: dataclasses.replace(low, shared_body=False) for cls, low in saved.items()})
+    try:
+        yield
+    finally:
+        registry.LOWERINGS.update(saved)
+
+
+def run_both_ways(schedule: rl.ThunkSchedule, init) -> tuple[rl.Program, np.ndarray, np.ndarray]:
+    """(shared-body program, its arena after a run, the arena of the function-per-thunk program)."""
+    prog = rl.compile(schedule, cache=False)
+    with functions_per_thunk():
+        alone = rl.compile(schedule, cache=False)
+    arenas = []
+    for p in (prog, alone):
+        arena = rl.Arena(schedule.arena_bytes)
+        init(arena)
+        p.run(arena)
+        arenas.append(arena.bytes.copy())
+    return prog, arenas[0], arenas[1]
+
+
+def bodies_defined(prog: rl.Program) -> int:
+    """How many shared bodies the program's IR defines."""
+    return len(re.findall(r"^define .*\.body\"?\(", prog.llvm_ir(), re.M))
+
+
+def _region(dst: int, inputs: tuple[int, ...], n: int = 37) -> T.ElementwiseRegion:
+    return T.ElementwiseRegion(dst=dst, len=n, input_offs=inputs, chain=(
+        S.Binary(BinaryOp.Mul, In.Input(0), In.Input(1)), S.Binary(BinaryOp.Add, In.Step(0), In.Input(0))))
+
+
+def test_repeated_regions_share_one_body_bit_for_bit_with_a_function_each():
+    block, blocks = 256, 64
+    at = lambda i: (1 + i % 60) * block  # noqa: E731  (offset 0 keeps its meaning "absent": another body)
+    thunks = [_region(at(i + 1), (at(i),) * 2) for i in range(150)]
+    thunks += [_region(at(i) + 160, (at(i) + 4, at(i) + 8)) for i in range(8)]  # overlapping inputs
+    thunks += [_region(at(i), (at(i), at(i) + 160)) for i in range(8)]          # in place
+    schedule = rl.ThunkSchedule(thunks, arena_bytes=blocks * block)
+    values = (np.arange(blocks * block // 4) % 13 * 0.375 - 2).astype(np.float32)
+    prog, shared, alone = run_both_ways(schedule, lambda arena: arena.write(0, values))
+    assert np.array_equal(shared, alone) and not np.array_equal(shared[:4 * values.size], values.view(np.uint8))
+    rows = prog.report()
+    assert len({r.body for r in rows[:150]}) == 1 and rows[0].body == "t0_elementwise_region.body"
+    assert bodies_defined(prog) == 3  # the run, overlapping inputs (another alignment), in place
+    assert not re.search(r"^define .*@\"?t[1-9]\d*_elementwise_region\"?\(", prog.llvm_ir(), re.M)
+    shown = prog.llvm_ir(thunk=77)
+    assert "; thunk 77: ElementwiseRegion(" in shown and '@"t0_elementwise_region.body"(' in shown
+
+
+# Attention's GQA decode reassociates its sums (`reassoc`): even two functions of one thunk at different
+# offsets can round differently in the last bit, so "what its own function computes" is no fixed target.
+LAST_BIT_KINDS = {"Attention"}
+
+
+def test_every_shared_kind_computes_what_its_own_function_computes():
+    """Each example of a shared-body kind twice (the second 64·k bytes on: the same body), bit for bit
+    against the function-per-thunk program, on arenas of random bytes with valid inputs."""
+    chosen = [ex for ex in testing.examples() if not ex.kinds & LAST_BIT_KINDS
+              and all(registry.lowering_of(t).shared_body for t in ex.schedule.thunks)]
+    whole = testing.pack(chosen + chosen).shifted(64)  # (a buffer at offset 0 would keep a body of its own)
+    rng_seed = 5
+
+    def init(arena: rl.Arena) -> None:
+        rng = np.random.default_rng(rng_seed)
+        arena.bytes[:] = rng.integers(0, 256, arena.nbytes, dtype=np.uint8)
+        whole.init(arena, rng)
+    prog, shared, alone = run_both_ways(whole.schedule, init)
+    kinds = {type(t).__name__ for t in whole.schedule.thunks}
+    assert {"ElementwiseRegion", "Copy", "FusedBertLayer"} <= kinds
+    assert np.array_equal(shared, alone)
+    bodies, half = [r.body for r in prog.report()], len(whole.schedule.thunks) // 2
+    assert bodies[:half] == bodies[half:] and len(set(bodies)) <= half
