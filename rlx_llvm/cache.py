@@ -18,7 +18,7 @@ from pathlib import Path
 import llvmlite
 
 from . import jit
-from .jit import ObjectCode
+from .jit import ObjectCode, ObjectSet
 
 
 class ObjectCache:
@@ -39,6 +39,14 @@ class ObjectCache:
         if hashlib.sha256(obj).hexdigest() != meta.get("object_sha256"):
             return None
         return ObjectCode(key, obj, ir_text, meta.get("externals", []), from_cache=True)
+
+    def load_all(self, key: "str | list[str]") -> "ObjectCode | ObjectSet | None":
+        """The object under `key`, or the objects of a module compiled in parts (a list of keys);
+        None unless every one is there."""
+        if isinstance(key, str):
+            return self.load(key)
+        parts = [self.load(k) for k in key]
+        return None if None in parts else ObjectSet(parts)
 
     def _write(self, path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +159,7 @@ def warm_lookup(store: ObjectCache, schedule, opt_level: int) -> dict | None:
     meta = store.load_meta(key) if key else None
     if meta is None or meta.get("n_thunks") != len(schedule.thunks):
         return None
-    code = store.load(meta["object_key"]) if meta["object_key"] else None
+    code = store.load_all(meta["object_key"]) if meta["object_key"] else None
     if meta["object_key"] and code is None:
         return None
     if code is not None and jit.missing_symbols(code.externals):

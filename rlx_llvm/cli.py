@@ -14,6 +14,8 @@ import numpy as np
 
 if TYPE_CHECKING:
     from .arena import Arena
+    from .program import Program
+    from .progress import PhaseBars
     from .schedule import ThunkSchedule
 
 USAGE, RUNTIME = 2, 1  # exit statuses: the command line is wrong / the work failed
@@ -112,12 +114,23 @@ def _cache_choice(args: argparse.Namespace) -> "bool | None":
     return False if args.no_cache else None
 
 
+def _progress(args: argparse.Namespace) -> "PhaseBars":
+    """The progress bars of a compile (and run) on stderr: after 2 s, on a terminal, without --quiet."""
+    from .progress import PhaseBars
+    return PhaseBars(show=not args.quiet)
+
+
+def _compile(sched: "ThunkSchedule", args: argparse.Namespace, bars: "PhaseBars") -> "Program":
+    from .program import compile
+    return compile(sched, cache=_cache_choice(args), progress=bars)
+
+
 def cmd_ir(args: argparse.Namespace) -> int:
     """Print LLVM IR (as emitted or optimized) or assembly, whole or for one thunk."""
-    from .program import compile
     sched = _load(args.schedule)
     _check_thunk_index(args.thunk, len(sched.thunks))
-    prog = compile(sched, cache=_cache_choice(args))
+    with _progress(args) as bars:
+        prog = _compile(sched, args, bars)
     if args.asm:
         print(prog.asm(thunk=args.thunk))
     else:
@@ -127,25 +140,30 @@ def cmd_ir(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Print which path each thunk took, its symbol and compile timings."""
-    from .program import compile
-    print(compile(_load(args.schedule), cache=_cache_choice(args)).report())
+    sched = _load(args.schedule)
+    with _progress(args) as bars:
+        prog = _compile(sched, args, bars)
+    print(prog.report())
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a schedule on a zeroed (or given) arena and report the time per run."""
     from .arena import Arena
-    from .program import compile
+    from .progress import Progress
     sched = _load(args.schedule)
     arena = _initial_arena(args.arena, sched.arena_bytes) if args.arena else Arena(sched.arena_bytes)
-    t0 = time.perf_counter()
-    prog = compile(sched, cache=_cache_choice(args))
-    compile_ms = (time.perf_counter() - t0) * 1e3
     times = []
-    for _ in range(args.repeat):
-        t = time.perf_counter()
-        prog.run(arena)
-        times.append((time.perf_counter() - t) * 1e3)
+    with _progress(args) as bars:
+        t0 = time.perf_counter()
+        prog = _compile(sched, args, bars)
+        compile_ms = (time.perf_counter() - t0) * 1e3
+        for k in range(args.repeat):
+            bars(Progress("run", k, args.repeat))
+            t = time.perf_counter()
+            prog.run(arena)
+            times.append((time.perf_counter() - t) * 1e3)
+        bars(Progress("run", args.repeat, args.repeat))
     print(f"{len(sched.thunks)} thunks, arena {sched.arena_bytes} bytes; compile {compile_ms:.1f} ms"
           f"{' (cached object)' if prog.report().from_cache else ''}")
     print(f"run: median {np.median(times):.3f} ms, min {min(times):.3f} ms over {len(times)} runs")
@@ -316,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_, description=help_)
         sp.add_argument("schedule", help="schedule JSON (ThunkSchedule.to_json)")
         sp.add_argument("--no-cache", action="store_true", help="do not use the on-disk object cache")
+        sp.add_argument("--quiet", action="store_true", help="no progress bar on stderr (shown for a compile "
+                                                             "or run past 2 s, on a terminal)")
         sp.set_defaults(fn=fn)
         return sp
 

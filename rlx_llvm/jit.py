@@ -21,25 +21,34 @@ Every LLVM trap we know of is handled here, where it lives (see docs/architectur
   parses into its own context (`_parsed`), disposed with the module, so compiles on different
   threads (the tiered O3 build, docs/compile.md) never share one and nothing piles up.  Target
   machines are per thread too; engines are created and loaded under one lock.
+* llvmlite runs every C call under one process-wide lock, so two compiles would take turns.  The
+  calls that do a compile's work (parse, verify, passes, codegen, print) touch only the module's
+  own context and this thread's TargetMachine and PassBuilder, which LLVM allows on several
+  threads at once: `_unlocked` calls them without the lock.  That is what lets the parts of a big
+  module (`rlx_llvm.partition`) compile in parallel (`compile_parts`).
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import os
 import threading
 import time
+from concurrent import futures
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 import llvmlite
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 from llvmlite.binding.newpassmanagers import NewPassManager
 
 from .errors import RlxError
 
 if TYPE_CHECKING:
     from .cache import ObjectCache
+    from .partition import Parts
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -158,6 +167,50 @@ class ObjectCode:
     quick: bool = False
     """Compiled by the quick tier (`compile_quick`): never stored in the cache."""
 
+    @property
+    def parts(self) -> "list[ObjectCode]":
+        """The objects to load: this one."""
+        return [self]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of object code."""
+        return len(self.object)
+
+
+@dataclass
+class ObjectSet:
+    """The objects of one module compiled in parts (`compile_parts`), loaded into one engine; it
+    reads like one ObjectCode."""
+
+    parts: list[ObjectCode]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def key(self) -> list[str]:
+        """The parts' cache keys (`ObjectCache.load_all` loads them back)."""
+        return [part.key for part in self.parts]
+
+    @property
+    def optimized_ir(self) -> str:
+        return "\n".join(part.optimized_ir for part in self.parts)
+
+    @property
+    def externals(self) -> list[str]:
+        return sorted({name for part in self.parts for name in part.externals})
+
+    @property
+    def from_cache(self) -> bool:
+        return all(part.from_cache for part in self.parts)
+
+    @property
+    def quick(self) -> bool:
+        return any(part.quick for part in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(part.nbytes for part in self.parts)
+
 
 def _remarks_enabled() -> bool:
     return os.environ.get("RLX_LLVM_REMARKS", "") not in ("", "0")
@@ -174,6 +227,48 @@ def _enable_remarks() -> None:
         llvm.set_option("", "-pass-remarks-missed=loop-vectorize|slp-vectorizer")
         llvm.set_option("", "-pass-remarks-analysis=loop-vectorize")
         _remarks_set = True
+
+
+# ── LLVM calls without llvmlite's lock (see the top) ──
+
+def _unlocked(name: str):
+    """The C function behind llvmlite's locked wrapper of `name` (the wrapper, should that change)."""
+    fn = getattr(ffi.lib, name)
+    return getattr(fn, "_cfn", fn)
+
+
+def _parse_private(ir_text: str, context):
+    """`ir_text` parsed into `context`, which no other thread uses, and verified (raises RlxError)."""
+    with ffi.OutputString() as err:
+        mod = llvm.ModuleRef(_unlocked("LLVMPY_ParseAssembly")(context, ctypes.c_char_p(ir_text.encode()), err),
+                             context)
+        problem = f"LLVM IR parsing error\n{err}" if err else None
+    if problem is None:
+        with ffi.OutputString() as err:
+            if _unlocked("LLVMPY_VerifyModule")(mod, err):
+                problem = str(err)
+    if problem is not None:
+        mod.close()
+        raise RlxError(f"generated LLVM IR is invalid (a bug in an emitter): {problem}")
+    return mod
+
+
+def _emit_object(machine, mod) -> bytes:
+    """Object code of `mod` from this thread's `machine`."""
+    with ffi.OutputString() as err:
+        buf = _unlocked("LLVMPY_TargetMachineEmitToMemory")(machine, mod, 1, err)
+        if not buf:
+            raise RlxError(f"LLVM could not emit object code: {err}")
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buf), ffi.lib.LLVMPY_GetBufferSize(buf))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buf)
+
+
+def _module_text(mod) -> str:
+    with ffi.OutputString() as out:
+        _unlocked("LLVMPY_PrintModuleToString")(mod, out)
+        return str(out)
 
 
 def parse_and_verify(ir_text: str, context=None):
@@ -197,7 +292,7 @@ def _parsed(ir_text: str):
     initialize()
     context = llvm.create_context()
     try:
-        mod = parse_and_verify(ir_text, context)
+        mod = _parse_private(ir_text, context)
         try:
             yield mod
         finally:
@@ -281,7 +376,7 @@ def _run_pipeline(mod, opt: int, make_passes: Callable) -> None:
     pb = _pass_builder(opt)
     mpm = make_passes(pb)
     try:
-        mpm.run(mod, pb)
+        _unlocked("LLVMPY_RunNewModulePassManager")(mpm, mod, pb)
     finally:
         NewPassManager._dispose(mpm)
         mpm.detach()
@@ -295,12 +390,14 @@ def cache_key(ir_text: str, opt: int) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def compile_ir(ir_text: str, *, opt: int = 3, cache: "ObjectCache | None" = None) -> ObjectCode:
-    """IR text → verified, optimized object code (from `cache` when it has it)."""
+def compile_ir(ir_text: str, *, opt: int = 3, cache: "ObjectCache | None" = None,
+               provided: "frozenset[str]" = frozenset()) -> ObjectCode:
+    """IR text → verified, optimized object code (from `cache` when it has it).  `provided`: the
+    functions other parts of the same module define (`compile_parts`), not externals to resolve."""
     hit = cached_object(ir_text, opt, cache)
     if hit is not None:
         return hit
-    code = _compile(ir_text, cache_key(ir_text, opt), lambda mod: optimize(mod, opt), codegen_opt=3)
+    code = _compile(ir_text, cache_key(ir_text, opt), lambda mod: optimize(mod, opt), 3, provided)
     if cache is not None:
         cache.store(code)
     return code
@@ -314,30 +411,93 @@ def cached_object(ir_text: str, opt: int, cache: "ObjectCache | None") -> Object
     return hit if hit is not None and not missing_symbols(hit.externals) else None
 
 
-def compile_quick(ir_text: str, *, opt: int = 3) -> ObjectCode:
+def compile_quick(ir_text: str, *, opt: int = 3, provided: "frozenset[str]" = frozenset()) -> ObjectCode:
     """IR text → object code in a fraction of `compile_ir`'s time (SROA, then SelectionDAG codegen
     at -O1, which still fuses `contract` multiply-adds as -O3 does); the first tier of tiered
     compilation.  Its `key` is the O`opt` key of the same IR; it is never cached."""
-    code = _compile(ir_text, cache_key(ir_text, opt), _quick_passes, codegen_opt=1)
+    code = _compile(ir_text, cache_key(ir_text, opt), _quick_passes, 1, provided)
     code.quick = True
     return code
 
 
-def _compile(ir_text: str, key: str, passes: Callable, codegen_opt: int) -> ObjectCode:
-    """Parse and verify, refuse unresolved externals, run `passes`, emit an object."""
+def _compile(ir_text: str, key: str, passes: Callable, codegen_opt: int,
+             provided: "frozenset[str]" = frozenset()) -> ObjectCode:
+    """Parse and verify, refuse unresolved externals (but those in `provided`), run `passes`, emit
+    an object."""
     t0 = time.perf_counter()
     with _parsed(ir_text) as mod:
         t1 = time.perf_counter()
-        externals = _declared_externals(mod)
+        externals = [name for name in _declared_externals(mod) if name not in provided]
         _refuse_unresolved(externals)
         passes(mod)
         t2 = time.perf_counter()
-        obj = compile_target_machine(codegen_opt).emit_object(mod)
+        obj = _emit_object(compile_target_machine(codegen_opt), mod)
         t3 = time.perf_counter()
-        optimized_ir = str(mod)
+        optimized_ir = _module_text(mod)
     return ObjectCode(key, obj, optimized_ir, externals,
                       {"parse_verify": (t1 - t0) * 1e3, "optimize": (t2 - t1) * 1e3,
                        "codegen": (t3 - t2) * 1e3})
+
+
+PROGRESS_TICK_S = 0.5
+"""`compile_parts` reports progress at least this often while parts compile."""
+
+
+def compile_parts(parts: "Parts", *, opt: int = 3, cache: "ObjectCache | None" = None, quick: bool = False,
+                  on_part: "Callable[[int, int], None] | None" = None) -> "ObjectCode | ObjectSet":
+    """Compile the parts of a split module (`rlx_llvm.partition.split`) at once on the compile
+    threads — `compile_ir` each (from `cache` when it has it), or `compile_quick` — and return one
+    loadable result.  `on_part(done, total)` runs on this thread as parts finish and at least every
+    PROGRESS_TICK_S seconds."""
+    def one(text: str) -> ObjectCode:
+        if quick:
+            return compile_quick(text, opt=opt, provided=parts.defined)
+        return compile_ir(text, opt=opt, cache=cache, provided=parts.defined)
+
+    total = len(parts.texts)
+    if total == 1 and on_part is None:
+        return one(parts.texts[0])
+    t0 = time.perf_counter()
+    jobs = [_compile_threads(total).submit(one, text) for text in parts.texts]
+    pending = set(jobs)
+    while pending:
+        if on_part is not None:
+            on_part(total - len(pending), total)
+        _, pending = futures.wait(pending, PROGRESS_TICK_S, futures.FIRST_COMPLETED)
+    if on_part is not None:
+        on_part(total, total)
+    codes = [job.result() for job in jobs]
+    if total == 1:
+        return codes[0]
+    timings = {phase: sum(code.timings_ms.get(phase, 0.0) for code in codes)
+               for phase in ("parse_verify", "optimize", "codegen")}
+    return ObjectSet(codes, {**timings, f"compile ({total} parts at once)": (time.perf_counter() - t0) * 1e3})
+
+
+_threads_lock = threading.Lock()
+_threads: "futures.ThreadPoolExecutor | None" = None
+_threads_size = 0
+
+
+def _compile_threads(n: int) -> futures.ThreadPoolExecutor:
+    """At least `n` compile threads, kept between compiles (each keeps its TargetMachines and
+    PassBuilders); Python joins them at exit, so no LLVM work outlives the interpreter."""
+    global _threads, _threads_size
+    with _threads_lock:
+        if _threads is None or _threads_size < n:
+            if _threads is not None:
+                _threads.shutdown(wait=False)
+            _threads, _threads_size = futures.ThreadPoolExecutor(n, thread_name_prefix="rlx-llvm-compile"), n
+        return _threads
+
+
+def _forget_compile_threads() -> None:
+    """In a forked child: the parent's compile threads do not exist there."""
+    global _threads, _threads_lock
+    _threads, _threads_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_compile_threads)
 
 
 def assembly(optimized_ir: str) -> str:
@@ -360,11 +520,13 @@ class Engine:
             self._tm = _target_machine(3)  # owned by the engine from here on: never reuse it
             self._ee = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._tm)
 
-    def load(self, code: ObjectCode) -> None:
-        """Add an object file and finalize it (refusing one whose externals would link to NULL)."""
+    def load(self, code: "ObjectCode | ObjectSet") -> None:
+        """Add the object file(s) and finalize them together, resolving calls between them
+        (refusing code whose externals would link to NULL)."""
         _refuse_unresolved(code.externals)
         with _engine_lock:
-            self._ee.add_object_file(llvm.ObjectFileRef.from_data(code.object))
+            for part in code.parts:
+                self._ee.add_object_file(llvm.ObjectFileRef.from_data(part.object))
             self._ee.finalize_object()
 
     def address(self, name: str) -> int:

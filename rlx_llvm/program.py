@@ -19,6 +19,8 @@ from .cache import ObjectCache
 from .codegen import FallbackStep, ModuleBuilder, NativeStep, plan
 from .errors import ExecutionError, RlxError, ValidationError
 from .inspection import Report, ThunkReport, function_asm, function_ir
+from .partition import Parts, split
+from .progress import Progress, ProgressCallback
 from .validate import validate_schedule
 
 # `i64 segment(ptr arena, ptr scratch)`; a CFUNCTYPE call releases the GIL while native code runs.
@@ -41,7 +43,7 @@ jit.SYMBOL_PROVIDERS[:] = [_register_runtime, _register_blas, registry.load_all]
 
 
 def compile(schedule, *, opt_level: int = 3, cache: "bool | str | os.PathLike | ObjectCache | None" = None,
-            tiered: "bool | None" = None) -> "Program":
+            tiered: "bool | None" = None, progress: "ProgressCallback | None" = None) -> "Program":
     """Validate `schedule`, lower every thunk, JIT the native segments and return a Program.
 
     With the object cache on (the default), a schedule compiled before by the same rlx_llvm code
@@ -52,6 +54,11 @@ def compile(schedule, *, opt_level: int = 3, cache: "bool | str | os.PathLike | 
     cold compile at opt_level ≥ 2 returns once a quick object is built; the full object is built on
     a background thread, stored in the cache and swapped in between runs.  The two tiers may differ
     in the last bits where O3 reassociates reductions, so it is off by default (docs/compile.md).
+
+    A module of PARALLEL_IR_CHARS or more compiles in parts, one per configured thread
+    (`rl.set_num_threads`), at once (docs/compile.md, same bits as one part).  `progress`, if
+    given, is called on this thread with a `rlx_llvm.progress.Progress(phase, done, total)` as the
+    thunks are emitted, the parts compiled and the object loaded.
     """
     if opt_level not in (0, 1, 2, 3):
         raise ValidationError(f"opt_level must be 0..3, got {opt_level!r}")
@@ -61,7 +68,7 @@ def compile(schedule, *, opt_level: int = 3, cache: "bool | str | os.PathLike | 
         registry.load_all()
         validate_schedule(schedule, registry.LOWERINGS)
     limits.check_schedule(schedule)   # the arena and thunk count it asks for, before anything is allocated
-    return Program(schedule, opt_level, store, warm, tiered)
+    return Program(schedule, opt_level, store, warm, tiered, progress)
 
 
 TIER_UP_IR_CHARS = 40_000
@@ -77,12 +84,24 @@ def _tiering(requested: "bool | None", opt_level: int, ir_text: str) -> bool:
     return requested and opt_level >= 2
 
 
+PARALLEL_IR_CHARS = 200_000
+"""Modules this large (IR text) compile in parts on the configured threads; below, a part costs
+less than ~0.3 s and splitting would not pay."""
+
+
+def _split(ir_text: str) -> "Parts":
+    """The module in parts for `jit.compile_parts`: one per configured thread once it is big enough."""
+    from .kernels import pool
+    return split(ir_text, pool.get_threads() if len(ir_text) >= PARALLEL_IR_CHARS else 1)
+
+
 class Program:
     """A compiled schedule: `run(arena)` executes it; `report/llvm_ir/asm` inspect it."""
 
     def __init__(self, schedule, opt_level: int, cache, warm: dict | None = None,
-                 tiered: "bool | None" = None) -> None:
+                 tiered: "bool | None" = None, progress: "ProgressCallback | None" = None) -> None:
         t0 = time.perf_counter()
+        self._progress = progress
         self.schedule = schedule
         self.opt_level = opt_level
         self._scratch = threading.local()
@@ -97,15 +116,23 @@ class Program:
             self._build(cache, tiered)
         if self._code is not None:
             t1 = time.perf_counter()
+            self._report("load", 0, 1)
             self._steps = self._bound_steps(self._code)
             self._timings["load"] = (time.perf_counter() - t1) * 1e3
+            self._report("load", 1, 1)
+        self._progress = None
         self.compile_ms: float = (time.perf_counter() - t0) * 1e3
         """Wall time of the whole compile (emit + optimize + codegen, or the warm start); with
         tiering, up to the quick object being loaded."""
         if self._tier_up is not None:
             _optimizer.submit(self._tier_up)
 
-    def _bound_steps(self, code: "jit.ObjectCode") -> list:
+    def _report(self, phase: str, done: int, total: int) -> None:
+        """Tell the `progress` callback, if any."""
+        if self._progress is not None:
+            self._progress(Progress(phase, done, total))
+
+    def _bound_steps(self, code: "jit.ObjectCode | jit.ObjectSet") -> list:
         """The steps with every native segment bound to `code`, loaded into a new engine that the
         steps keep alive (a run still in the old steps keeps the old engine)."""
         engine = jit.Engine()
@@ -120,10 +147,17 @@ class Program:
         self._paths = [registry.LOWERINGS[type(t)].path for t in self.schedule.thunks]
         t0 = time.perf_counter()
         mb = ModuleBuilder(self.schedule, jit.host().lanes(32))
+        native = sum(len(s.indices) for s in self._steps if isinstance(s, NativeStep))
+        emitted = 0
         for step in self._steps:
             if isinstance(step, NativeStep):
-                fns = [mb.thunk_function(i, self.schedule.thunks[i]) for i in step.indices]
+                fns = []
+                for i in step.indices:
+                    self._report("emit", emitted, native)
+                    fns.append(mb.thunk_function(i, self.schedule.thunks[i]))
+                    emitted += 1
                 mb.driver(step, fns)
+        self._report("emit", emitted, native)
         self._symbols = mb.symbols
         self._bodies = mb.body_of
         self._nested = {i: [dataclasses.asdict(r) for r in rows] for i, rows in mb.nested_rows.items()}
@@ -136,11 +170,12 @@ class Program:
         self._timings = {"emit": (time.perf_counter() - t0) * 1e3}
         if any(isinstance(s, NativeStep) for s in self._steps):
             self._code = jit.cached_object(self._ir_text, self.opt_level, cache)
-            if self._code is None and _tiering(tiered, self.opt_level, self._ir_text):
-                self._code = jit.compile_quick(self._ir_text, opt=self.opt_level)
-                self._tier_up = _TierUp(weakref.ref(self), self._ir_text, self.opt_level, cache)
-            elif self._code is None:
-                self._code = jit.compile_ir(self._ir_text, opt=self.opt_level, cache=cache)
+            if self._code is None:
+                parts, quick = _split(self._ir_text), _tiering(tiered, self.opt_level, self._ir_text)
+                self._code = jit.compile_parts(parts, opt=self.opt_level, cache=cache, quick=quick,
+                                               on_part=lambda done, total: self._report("compile", done, total))
+                if quick:
+                    self._tier_up = _TierUp(weakref.ref(self), parts, self.opt_level, cache)
             self._timings.update({f"quick {k}" if self._code.quick else k: v
                                   for k, v in self._code.timings_ms.items()})
         if cache is not None:
@@ -202,7 +237,7 @@ class Program:
             raise RlxError(f"the background O{self.opt_level} compile failed: {job.error}") from job.error
         return True
 
-    def _swap_in(self, code: "jit.ObjectCode", ms: float) -> None:
+    def _swap_in(self, code: "jit.ObjectCode | jit.ObjectSet", ms: float) -> None:
         """Load the O3 object and publish its steps in one assignment: a run reads `_steps` once,
         so it runs wholly on one tier, and its steps keep their engine alive until it returns."""
         steps = self._bound_steps(code)
@@ -276,7 +311,7 @@ class Program:
         if self._code is None:
             return ""
         if self._asm is None:
-            self._asm = jit.assembly(self._code.optimized_ir)
+            self._asm = "\n".join(jit.assembly(part.optimized_ir) for part in self._code.parts)
         if thunk is None:
             return self._asm
         return function_asm(self._asm, self._symbol_of(thunk))
@@ -307,7 +342,7 @@ class Program:
     @property
     def code_bytes(self) -> int:
         """Size of the native object code this program loaded (0 when every thunk is a fallback)."""
-        return len(self._code.object) if self._code is not None else 0
+        return self._code.nbytes if self._code is not None else 0
 
     def __repr__(self) -> str:
         n = sum(len(s.indices) for s in self._steps if isinstance(s, NativeStep))
@@ -322,10 +357,10 @@ def _unpickle_program(schedule_json: str, opt_level: int, cache) -> Program:
 
 @dataclasses.dataclass
 class _TierUp:
-    """A program's pending O3 build: its IR, where to store the object, and the outcome."""
+    """A program's pending O3 build: its IR (in parts), where to store the object, and the outcome."""
 
     program: "weakref.ref[Program]"
-    ir_text: str
+    parts: "Parts | None"
     opt_level: int
     cache: "ObjectCache | None"
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -338,14 +373,14 @@ class _TierUp:
             if self.program() is None and self.cache is None:
                 return
             t0 = time.perf_counter()
-            code = jit.compile_ir(self.ir_text, opt=self.opt_level, cache=self.cache)
+            code = jit.compile_parts(self.parts, opt=self.opt_level, cache=self.cache)
             program = self.program()
             if program is not None:
                 program._swap_in(code, (time.perf_counter() - t0) * 1e3)
         except Exception as exc:  # keep running the quick code; wait_optimized reports it
             self.error = exc
         finally:
-            self.ir_text = ""
+            self.parts = None
             self.done.set()
 
 

@@ -23,7 +23,6 @@ import io
 import json
 import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from itertools import islice
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Literal
 
 import numpy as np
+
+from ..progress import ProgressBar
 
 if TYPE_CHECKING:
     from .sentence import SentenceEncoder
@@ -40,7 +41,6 @@ OUTPUTS = (".npy", ".parquet")
 CHUNK_SIZE = 2048      # texts per chunk: the unit that is written, journaled and resumed
 JOURNAL = "journal.jsonl"
 JOURNAL_VERSION = 1
-PROGRESS_EVERY_S = 5.0  # the plain progress line (no tqdm), at most this often
 Errors = Literal["skip", "fail"]
 
 
@@ -384,38 +384,6 @@ def _assemble_parquet(journal: Journal, path: Path, dim: int) -> None:
             writer.write_table(pa.table([pa.array(ids), column], schema=schema))
 
 
-# ── progress ──
-class Progress:
-    """Texts/s and ETA on stderr: a tqdm bar (the `progress` extra), else a line every few seconds and
-    at the end; nothing when `show` is false or stderr is not a terminal."""
-
-    def __init__(self, total: int, done: int, show: bool) -> None:
-        self.total, self.done, self.start_done = total, done, done
-        self.t0 = self.last = time.perf_counter()
-        self.bar = None
-        self.show = show and sys.stderr.isatty()
-        if self.show:
-            try:
-                from tqdm import tqdm
-                self.bar = tqdm(total=total, initial=done, unit=" texts", file=sys.stderr, dynamic_ncols=True)
-            except ImportError:
-                pass
-
-    def update(self, n: int) -> None:
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(n)
-        elif self.show and (self.done == self.total or time.perf_counter() - self.last >= PROGRESS_EVERY_S):
-            self.last = time.perf_counter()
-            rate = (self.done - self.start_done) / (self.last - self.t0)
-            eta = (self.total - self.done) / rate if rate else float("inf")
-            print(f"{self.done}/{self.total} texts, {rate:.0f} texts/s, ETA {eta:.0f} s", file=sys.stderr)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 # ── the job ──
 @dataclass(frozen=True)
 class Summary:
@@ -493,7 +461,7 @@ def embed_file(encoder: "SentenceEncoder", input: "str | Path", output: "str | P
     journal = Journal.start(partial_folder(output), settings, resume)
     resumed = journal.texts_done
     t0 = time.perf_counter()
-    bar = Progress(total, resumed, progress)
+    bar = ProgressBar(total, resumed, progress, unit="texts")   # texts/s and ETA on stderr (rlx_llvm.progress)
     try:
         for chunk in _chunks(islice(source.texts(), resumed, None), chunk_size):
             ids, texts = np.array([i for i, _ in chunk], np.int64), [t for _, t in chunk]

@@ -1,0 +1,187 @@
+"""Split one module's IR text into parts that compile on separate threads and load into one engine.
+
+A part defines its share of the module's functions and declares the others it calls; MCJIT resolves
+the calls between the loaded objects.  Nothing the optimizer sees across a function boundary is cut:
+
+* a function with local linkage (`internal`/`private`: GEMM register tiles, parallel bodies, linked
+  IR kernels), or one without `noinline` (which the inliner may take), stays in the part of every
+  function that uses it — it has the same callers as in the whole module;
+* local data is copied into every part that reads it (data that names a global goes with its users).
+
+* a function that is called (a thunk function, a nested schedule's runner) stays with the functions
+  it calls, so what the optimizer infers about a callee (captures, memory effects) reaches it as in
+  the whole module.
+
+Only the calls of the functions nobody calls — the segment drivers — cross parts.  So each function
+but a driver gets the same IR and the same passes as in the whole module; a driver (calls and status
+checks) may know less about the functions it calls.
+A module with anything else defined outside local linkage (an external global, an alias, a
+`linkonce`/`weak` function, module-level asm) is not split.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_NAME = re.compile(r'@("[^"]*"|[-a-zA-Z$._0-9]+)')
+_LOCAL = re.compile(r'(?:define|@\S+\s*=)\s+(?:private|internal)\s')
+_EXTERNAL_GLOBAL = re.compile(r'@\S+\s*=\s*(?:external|extern_weak)\s')
+_UNSPLITTABLE = re.compile(r'define\s+(?:linkonce|linkonce_odr|weak|weak_odr|available_externally|common)\s')
+_ATTRIBUTES = re.compile(r'attributes (#\d+) = \{(.*)\}')
+_NOINLINE = re.compile(r'\bnoinline\b')
+
+
+@dataclass
+class _Item:
+    """One top-level entity of the text: a function definition, a global, or a line every part keeps."""
+
+    kind: str            # "define", "global", or "keep" (declarations, header, attributes, metadata)
+    name: str | None
+    text: str
+    refs: tuple[str, ...] = ()
+
+    @property
+    def local(self) -> bool:
+        return bool(_LOCAL.match(self.text))
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A module split for parallel compiles: the parts' texts and every function a part defines for
+    the others (not an unresolved external of the part that declares it)."""
+
+    texts: list[str]
+    defined: frozenset[str]
+
+
+def split(ir_text: str, parts: int) -> Parts:
+    """`ir_text` as at most `parts` modules balanced by IR size (one, the text itself, when it cannot
+    or need not be split)."""
+    items = _items(ir_text)
+    defs = {it.name: it for it in items if it.kind != "keep"}
+    whole = Parts([ir_text], frozenset())
+    if parts < 2 or "\nmodule asm" in ir_text or any(_unsplittable(it) for it in defs.values()):
+        return whole
+    noinline = _noinline_groups(items)
+    for it in defs.values():
+        names = {_unquote(n) for n in _NAME.findall(it.text)}
+        names.discard(it.name)
+        it.refs = tuple(sorted(names.intersection(defs)))
+    groups = _groups(defs, noinline)
+    if len(groups) < 2:
+        return whole
+    bins = _balance(groups, defs, parts)
+    return Parts([_part_text(items, defs, own) for own in bins],
+                 frozenset(name for name, it in defs.items() if it.kind == "define" and not it.local))
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1] if name.startswith('"') else name
+
+
+def _items(text: str) -> list[_Item]:
+    """The top-level entities of textual IR as llvmlite or LLVM prints it."""
+    out: list[_Item] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("define"):
+            end = lines.index("}", i)
+            out.append(_Item("define", _unquote(_NAME.search(line).group(1)), "\n".join(lines[i:end + 1])))
+            i = end + 1
+            continue
+        if line.startswith("@") and not _EXTERNAL_GLOBAL.match(line):
+            out.append(_Item("global", _unquote(_NAME.match(line).group(1)), line))
+        else:
+            out.append(_Item("keep", None, line))
+        i += 1
+    return out
+
+
+def _unsplittable(it: _Item) -> bool:
+    """A definition that cannot live in one part only: a global, alias or weak function seen from outside."""
+    return (it.kind == "global" and not it.local) or bool(_UNSPLITTABLE.match(it.text))
+
+
+def _noinline_groups(items: list[_Item]) -> set[str]:
+    """The attribute groups (`#3`) that hold `noinline`."""
+    groups = set()
+    for it in items:
+        m = _ATTRIBUTES.match(it.text) if it.kind == "keep" else None
+        if m and _NOINLINE.search(m.group(2)):
+            groups.add(m.group(1))
+    return groups
+
+
+def _kept_with_users(it: _Item, noinline: set[str]) -> bool:
+    """Whether `it` must sit in the part of every function that names it."""
+    if it.kind == "global":
+        return it.local and bool(it.refs)
+    header = it.text.split("\n", 1)[0]
+    return it.local or not (_NOINLINE.search(header) or set(re.findall(r"#\d+", header)) & noinline)
+
+
+def _groups(defs: dict[str, _Item], noinline: set[str]) -> list[list[str]]:
+    """Definitions that must share a part, in text order: each user with what it keeps, and each
+    called function (a thunk function, say) with the functions it calls — only the calls of the
+    functions nobody calls (the segment drivers) may cross parts."""
+    parent = {name: name for name in defs}
+
+    def root(name: str) -> str:
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    order = {name: i for i, name in enumerate(defs)}
+    kept = {name for name, it in defs.items() if _kept_with_users(it, noinline)}
+    called = {ref for it in defs.values() for ref in it.refs}
+    for name, it in defs.items():
+        for ref in it.refs:
+            if ref in kept or (name in called and defs[ref].kind == "define"):
+                a, b = sorted((root(name), root(ref)), key=order.__getitem__)
+                parent[b] = a
+    groups: dict[str, list[str]] = {}
+    for name, it in defs.items():
+        if it.kind == "define" or name in kept:
+            groups.setdefault(root(name), []).append(name)
+    return list(groups.values())
+
+
+def _balance(groups: list[list[str]], defs: dict[str, _Item], parts: int) -> list[set[str]]:
+    """Largest group first onto the lightest part (by IR characters); empty parts dropped."""
+    def weight(group: list[str]) -> int:
+        return sum(len(defs[n].text) for n in group)
+
+    bins: list[tuple[int, int, set[str]]] = [(0, k, set()) for k in range(parts)]
+    for group in sorted(groups, key=weight, reverse=True):
+        load, k, own = min(bins, key=lambda b: b[:2])
+        own.update(group)
+        bins[k] = (load + weight(group), k, own)
+    return [own for _, _, own in bins if own]
+
+
+def _part_text(items: list[_Item], defs: dict[str, _Item], own: set[str]) -> str:
+    """One part: every kept line, its own definitions, the local data they read, and a declaration
+    of each function of another part they call."""
+    need, todo = set(own), list(own)
+    while todo:
+        for ref in defs[todo.pop()].refs:
+            if ref not in need and defs[ref].local and defs[ref].kind == "global":
+                need.add(ref)
+                todo.append(ref)
+    used = {ref for name in need for ref in defs[name].refs}
+    lines = []
+    for it in items:
+        if it.kind == "keep" or it.name in need:
+            lines.append(it.text)
+        elif it.name in used and it.kind == "define":
+            lines.append(_declaration(it))
+    return "\n".join(lines)
+
+
+def _declaration(it: _Item) -> str:
+    """`declare …` for a function defined in another part (its header without the body)."""
+    header = it.text.split("\n", 1)[0].rstrip()
+    return "declare" + header.removesuffix("{").rstrip()[len("define"):]

@@ -1,0 +1,201 @@
+"""A big module compiles in parts on several threads (`rlx_llvm.partition`, `jit.compile_parts`):
+each function keeps its IR and its passes, the parts load into one engine and call each other, and
+the program computes the same bits as from one part."""
+from __future__ import annotations
+
+import ctypes
+import re
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+
+import rlx_llvm as rl
+from rlx_llvm import jit, partition, program, testing
+from rlx_llvm.cache import ObjectCache
+from rlx_llvm.kernels import pool
+
+# t0_a and t1_b share an internal helper; t2_c and t3_d an external one that may be inlined; t4_e
+# (called by the driver) calls t0_a; private data goes wherever it is read; the driver calls them all.
+MODULE = """\
+@table = private constant [2 x i32] [i32 20, i32 22]
+
+define internal i32 @helper(i32 %x) {
+entry:
+  %y = add i32 %x, 1
+  ret i32 %y
+}
+
+define i32 @inlinable(i32 %x) {
+entry:
+  %y = mul i32 %x, 2
+  ret i32 %y
+}
+
+define i32 @t0_a() noinline {
+entry:
+  %v = load i32, ptr @table
+  %r = call i32 @helper(i32 %v)
+  ret i32 %r
+}
+
+define i32 @t1_b() noinline {
+entry:
+  %r = call i32 @helper(i32 100)
+  ret i32 %r
+}
+
+define i32 @t2_c() noinline {
+entry:
+  %p = getelementptr [2 x i32], ptr @table, i64 0, i64 1
+  %v = load i32, ptr %p
+  %r = call i32 @inlinable(i32 %v)
+  ret i32 %r
+}
+
+define i32 @t3_d() noinline {
+entry:
+  %r = call i32 @inlinable(i32 1000)
+  ret i32 %r
+}
+
+define i32 @t4_e() noinline {
+entry:
+  %v = call i32 @t0_a()
+  %r = add i32 %v, 10000
+  ret i32 %r
+}
+
+define i64 @segment0() {
+entry:
+  %a = call i32 @t0_a()
+  %b = call i32 @t1_b()
+  %c = call i32 @t2_c()
+  %d = call i32 @t3_d()
+  %e = call i32 @t4_e()
+  %ab = add i32 %a, %b
+  %cd = add i32 %c, %d
+  %abcd = add i32 %ab, %cd
+  %all = add i32 %abcd, %e
+  %r = zext i32 %all to i64
+  ret i64 %r
+}
+"""
+EXPECTED = 21 + 101 + 44 + 2000 + 10021
+
+
+def definitions(text: str) -> dict[str, str]:
+    """Function name → its `define … }` text."""
+    return {m.group(1): m.group(0) for m in re.finditer(r'^define [^@\n]*@"?([\w.]+)"?\(.*?^}', text, re.M | re.S)}
+
+
+def test_split_ties_what_the_optimizer_sees_across_functions():
+    parts = partition.split(MODULE, 2)
+    assert len(parts.texts) == 2
+    assert parts.defined == {"inlinable", "t0_a", "t1_b", "t2_c", "t3_d", "t4_e", "segment0"}
+    whole = definitions(MODULE)
+    owner = {}
+    for text in parts.texts:
+        llvm.parse_assembly(text).verify()
+        for name, body in definitions(text).items():
+            assert body == whole[name]              # the same IR, function by function
+            assert name not in owner                # defined once
+            owner[name] = text
+    assert set(owner) == set(whole)
+    assert owner["helper"] is owner["t0_a"] is owner["t1_b"]        # an internal callee and all its callers
+    assert owner["t4_e"] is owner["t0_a"]                           # a called function and its callees
+    assert owner["inlinable"] is owner["t2_c"] is owner["t3_d"]     # an inlinable callee and all its callers
+    assert owner["segment0"] is not owner["t0_a"]                   # the driver's calls cross parts
+    for text in parts.texts:                                        # private data: in every part that reads it
+        reads = any("@table" in body for body in definitions(text).values())
+        assert ("@table = private" in text) == reads
+
+
+def test_split_leaves_modules_it_cannot_or_need_not_split():
+    assert partition.split(MODULE, 1).texts == [MODULE]
+    shared = MODULE.replace("@table = private constant", "@table = constant")   # seen from outside
+    assert partition.split(shared, 2).texts == [shared]
+    weak = MODULE.replace("define i32 @t1_b()", "define weak i32 @t1_b()")
+    assert partition.split(weak, 2).texts == [weak]
+
+
+def test_parts_compile_at_once_and_call_each_other():
+    parts = partition.split(MODULE, 2)
+    progress = []
+    code = jit.compile_parts(parts, on_part=lambda done, total: progress.append((done, total)))
+    assert isinstance(code, jit.ObjectSet) and len(code.parts) == 2
+    assert code.externals == []                     # the other part's functions are not unresolved
+    assert progress[-1] == (2, 2) and progress == sorted(progress)
+    engine = jit.Engine()
+    engine.load(code)
+    assert ctypes.CFUNCTYPE(ctypes.c_int64)(engine.address("segment0"))() == EXPECTED
+
+
+# ── a program of many kinds: same bits, same code ──
+KINDS = ("ElementwiseRegion", "Sgemm", "QMatMul", "Scan", "CustomOp", "Fft1d", "LayerNorm", "Copy")
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    """One example of each of KINDS side by side (GEMM tiles, parallel bodies, a nested scan, a
+    linked IR kernel, shared bodies: every internal function the emitters make)."""
+    chosen = [testing.examples(kind)[0] for kind in KINDS]
+    return testing.pack(chosen)
+
+
+def run(ex, prog) -> bytes:
+    arena = rl.Arena(ex.schedule.arena_bytes)
+    ex.init(arena, np.random.default_rng(0))
+    prog.run(arena)
+    return arena.bytes.tobytes()
+
+
+def compiled(ex, monkeypatch, parts: int, cache=False):
+    """`ex` compiled in `parts` parts."""
+    monkeypatch.setattr(program, "PARALLEL_IR_CHARS", 0 if parts > 1 else 1 << 62)
+    monkeypatch.setattr(pool, "get_threads", lambda: parts)
+    return rl.compile(ex.schedule, cache=cache)
+
+
+@pytest.fixture(scope="module")
+def one_part(mixed):
+    with pytest.MonkeyPatch.context() as mp:
+        prog = compiled(mixed, mp, 1)
+    return prog, run(mixed, prog)
+
+
+def normalized(ir: str) -> str:
+    """Function IR without the module-wide numbering of attribute groups and metadata."""
+    return re.sub(r"[#!]\d+", "#", ir)
+
+
+def asm_labels(asm: str) -> str:
+    """Assembly without the module-wide numbering of local labels."""
+    return re.sub(r"\.(LBB|LCPI|Ltmp|Lfunc_end)\d+(_\d+)?", r".\1", asm)
+
+
+def test_parts_give_the_same_code_and_bits(mixed, one_part, monkeypatch):
+    whole, expected = one_part
+    prog = compiled(mixed, monkeypatch, 3)
+    assert "compile (3 parts at once)" in prog.report().timings_ms
+    assert "define internal" in whole.llvm_ir(optimized=True)   # the tie rule is exercised
+    assert run(mixed, prog) == expected
+    for row in whole.report().rows:
+        if not row.symbol.startswith("<python"):
+            assert normalized(prog.llvm_ir(optimized=True, thunk=row.index)) == \
+                normalized(whole.llvm_ir(optimized=True, thunk=row.index))
+    gemm = next(i for i, t in enumerate(mixed.schedule.thunks) if type(t).__name__ == "Sgemm")
+    assert asm_labels(prog.asm(thunk=gemm)) == asm_labels(whole.asm(thunk=gemm))
+    assert prog.llvm_ir() == whole.llvm_ir()
+
+
+def test_parts_are_cached_and_load_warm(mixed, one_part, monkeypatch, tmp_path):
+    _, expected = one_part
+    cold = compiled(mixed, monkeypatch, 2, cache=str(tmp_path))
+    assert not cold.report().from_cache and len(list(tmp_path.rglob("*.o"))) == 2
+    warm = compiled(mixed, monkeypatch, 2, cache=str(tmp_path))
+    assert warm.report().from_cache and run(mixed, warm) == expected
+    assert isinstance(ObjectCache(tmp_path).load_all(cold._code.key), jit.ObjectSet)
+    tiered = rl.compile(mixed.schedule, cache=False, tiered=True)   # quick parts now, O3 parts behind
+    assert tiered.wait_optimized(120) and tiered.tier == 2
+    assert run(mixed, tiered) == expected
