@@ -42,9 +42,9 @@ def _env(**extra: str) -> dict:
     return env
 
 
-def _child(code: str, **env: str) -> dict:
-    """Run `code` in a fresh interpreter; it prints one JSON line last."""
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(**env),
+def _child(code: str, args: tuple = (), **env: str) -> dict:
+    """Run `code` (with `args`) in a fresh interpreter; it prints one JSON line last."""
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=_env(**env),
                           timeout=1800)
     if proc.returncode:
         raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
@@ -132,41 +132,49 @@ FIRST_RUN = r"""
 import json, statistics, sys, time
 import numpy as np
 import rlx_llvm as rl
-from rlx_llvm.models import load_minilm
-rl.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
-enc = load_minilm()
+from rlx_llvm.models import SentenceEncoder
+threads, before, new, cover = int(sys.argv[1]), eval(sys.argv[2]), eval(sys.argv[3]), sys.argv[4] == "cover"
+rl.set_num_threads(threads)
+enc = SentenceEncoder(cover=cover)
 rng = np.random.default_rng(0)
 def embed(b, s):
     ids = rng.integers(1000, 20000, (b, s)); mask = np.ones((b, s), np.float32)
     return lambda: enc.embed_tokens(ids, mask)
-embed(1, 16)()                                   # another shape first: models, arena, emitters loaded
-enc.compiled(1, 16).program.wait_optimized()
-run = embed(1, 128)
+embed(*before)()                                 # another shape first: models, arena, emitters loaded
+enc.compiled(*before).program.wait_optimized()
+run = embed(*new)
 t0 = time.perf_counter(); c0 = time.thread_time()
 first = run()
 first_ms, first_cpu = (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3
-program = enc.compiled(1, 128).program
-calls = []                            # (seconds since the shape was asked for, call ms, tier, call CPU ms)
-while time.perf_counter() - t0 < 30 and (program.tier == 1 or sum(c[2] == 2 for c in calls) < 15):
+phases = dict(enc.last_compile_phases) if not cover else {}
+def final():                                     # the shape's own program, at its last tier
+    own = enc._compiled.get(new)
+    return own is not None and own.program.tier == 2
+calls = []                            # (seconds since the shape was asked for, call ms, final?, call CPU ms)
+while time.perf_counter() - t0 < 30 and sum(c[2] for c in calls) < 15:
     a, c = time.perf_counter(), time.thread_time(); run()
-    calls.append((a - t0, (time.perf_counter() - a) * 1e3, program.tier, (time.thread_time() - c) * 1e3))
+    calls.append((a - t0, (time.perf_counter() - a) * 1e3, final(), (time.thread_time() - c) * 1e3))
 steady = statistics.median(c[1] for c in calls[-10:])
 reached = next(c[0] + c[1] / 1e3 for c in calls if c[1] <= 1.1 * steady)
-print(json.dumps({"first_ms": first_ms, "first_cpu": first_cpu, "compile_ms": enc.last_compile_ms,
-                  "phases": enc.last_compile_phases, "steady_ms": steady, "steady_at_s": reached,
+program = enc._compiled[new].program
+print(json.dumps({"first_ms": first_ms, "first_cpu": first_cpu, "compile_ms": program.compile_ms,
+                  "phases": phases, "steady_ms": steady, "steady_at_s": reached,
                   "timings": program.report().timings_ms,
-                  "cpu_by_tier": {t: sorted(c[3] for c in calls if c[2] == t) for t in (1, 2)}}))
+                  "cpu_before_after": [sorted(c[3] for c in calls if c[2] == f) for f in (False, True)]}))
 """
 
 
 def section_first_run() -> None:
-    print("\n== a new MiniLM shape (1x128 after 1x16), object cache off, 1 thread ==")
-    for label, env in (("untiered (O3)", {"RLX_LLVM_TIERED": "0"}), ("tiered", {"RLX_LLVM_TIERED": "1"})):
-        r = _child(FIRST_RUN, RLX_LLVM_CACHE="0", **env)
-        tiers = ", ".join(f"tier {t} {statistics.median(v):.1f}" for t, v in r["cpu_by_tier"].items() if v)
-        print(f"  {label:<14} first embedding {r['first_ms']:7.1f} ms (its thread's CPU {r['first_cpu']:6.1f}; "
-              f"compile {r['compile_ms']:6.1f}); steady {r['steady_ms']:.1f} ms/call from {r['steady_at_s']:.2f} s; "
-              f"call CPU medians: {tiers}")
+    print("\n== a new MiniLM shape, object cache off, 1 thread ==")
+    for label, shapes, env in (("untiered (O3)", ("(1, 16)", "(1, 128)", "-"), {"RLX_LLVM_TIERED": "0"}),
+                               ("tiered", ("(1, 16)", "(1, 128)", "-"), {"RLX_LLVM_TIERED": "1"}),
+                               ("cover", ("(1, 128)", "(1, 64)", "cover"), {"RLX_LLVM_TIERED": "0"})):
+        r = _child(FIRST_RUN, RLX_LLVM_CACHE="0", args=("1", *shapes), **env)
+        calls = ", ".join(f"{name} {statistics.median(v):.1f}" for name, v in zip(("before", "own O3"),
+                                                                                  r["cpu_before_after"]) if v)
+        print(f"  {label:<14} {shapes[1]} after {shapes[0]}: first embedding {r['first_ms']:7.1f} ms (its thread's "
+              f"CPU {r['first_cpu']:6.1f}); steady {r['steady_ms']:.1f} ms/call from {r['steady_at_s']:.2f} s; "
+              f"call CPU medians: {calls}")
         print(f"  {'':<14} encoder phases (wall ms) {json.dumps({k: round(v, 1) for k, v in r['phases'].items()})}; "
               f"compile timings {json.dumps({k: round(v, 1) for k, v in r['timings'].items()})}")
 

@@ -215,18 +215,23 @@ class SentenceEncoder:
     calibrated on `models.awq.CALIBRATION_TEXTS` at load time.
 
     At most `max_shapes` compiled (batch, seq) programs are kept, least recently used dropped first
-    (`cache_info()` reports them and their memory).  An encoder pickles as how it was loaded (model
+    (`cache_info()` reports them and their memory).  With `cover=True` a new shape that a compiled
+    one covers (as many rows or more, as many tokens or more) runs at once on that shape, padded with
+    masked tokens and rows, while its own program compiles on a background thread (`wait_compiled()`);
+    mean pooling over the mask makes the padding invisible (docs/compile.md, "First runs").  An
+    encoder pickles as how it was loaded (model
     path, or the installed package, and these options): a worker process loads the weights again and
     each shape starts warm from the object cache."""
 
     def __init__(self, path: "str | Path | None" = None, max_length: int | None = None,
                  pooling: Pooling | None = None, quant: Quant = "f32", awq: bool | None = None,
-                 max_shapes: int = MAX_SHAPES) -> None:
+                 max_shapes: int = MAX_SHAPES, cover: bool = False) -> None:
         quant_scheme(quant)  # an unknown format fails before the model is read
         if isinstance(max_shapes, bool) or not isinstance(max_shapes, int) or max_shapes < 1:
             raise ValueError(f"max_shapes must be a positive int, got {max_shapes!r}")
         self._load_args = {"path": None if path is None else str(path), "max_length": max_length,
-                           "pooling": pooling, "quant": quant, "awq": awq, "max_shapes": max_shapes}
+                           "pooling": pooling, "quant": quant, "awq": awq, "max_shapes": max_shapes,
+                           "cover": cover}
         self.quant = quant
         self.awq = quant in AWQ_BY_DEFAULT if awq is None else awq
         self.path = find_model(path)
@@ -249,10 +254,13 @@ class SentenceEncoder:
         self._pinned: tuple | None = None   # what the arena's front holds (ShapePlan.pinned; () when quantized)
         front = self._plans.front() if self._graph is not None else None
         if front is not None:   # shapes ran before: weights in place now, room for the largest of them
-            self._ensure_plan_arena(front)
+            self._ensure_plan_arena(front, self.max_length)
             _prepare_warm_starts(front)
         self._compiled: OrderedDict[tuple[int, int], _Compiled] = OrderedDict()
         self.max_shapes = max_shapes
+        self.cover = cover
+        self._pending: dict[tuple[int, int], threading.Thread] = {}   # shapes compiling in the background
+        self._failed: set[tuple[int, int]] = set()   # …whose background compile raised: compiled in the caller
         self._hits = self._misses = 0
         self.last_compile_ms = 0.0
         self.last_compile_phases: dict[str, float] = {}   # wall ms of the last new shape's plan, compile, arena
@@ -342,15 +350,17 @@ class SentenceEncoder:
             raise ValueError(f"seq = {seq} must be in 1..{self.config.max_position_embeddings} (the position table)")
         type_ids = np.zeros_like(ids) if type_ids is None else type_ids
         with self._lock:
-            compiled = self._compiled_locked(batch, seq)
+            (rows, tokens), compiled = self._runner_locked(batch, seq)
+            if (rows, tokens) != (batch, seq):
+                ids, type_ids, mask = _cover(ids, type_ids, mask, rows, tokens)
             arena, s = self._arena, compiled.slots
             arena.view(s["ids"], "i64", ids.shape)[:] = ids
             arena.view(s["type_ids"], "i64", ids.shape)[:] = type_ids
             arena.view(s["mask"], "f32", ids.shape)[:] = mask
             if "pos_ids" in s:   # the graph encoder gathers positions; the hand schedule adds the table
-                arena.view(s["pos_ids"], "i64", ids.shape)[:] = np.arange(seq, dtype=np.int64)
+                arena.view(s["pos_ids"], "i64", ids.shape)[:] = np.arange(tokens, dtype=np.int64)
             compiled.program.run(arena)
-            return arena.read(s["embeddings"], "f32", (batch, self.dim))
+            return arena.read(s["embeddings"], "f32", (rows, self.dim))[:batch]
 
     def compiled(self, batch: int, seq: int) -> _Compiled:
         """The Program for this shape, compiled (or loaded from the object cache) on first use."""
@@ -365,6 +375,13 @@ class SentenceEncoder:
                              sum(p.code_bytes for p in programs), sum(p.scratch_bytes for p in programs),
                              self._arena.nbytes if self._arena else 0)
 
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Block until the shapes compiling in the background (`cover=True`) are in; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in list(self._pending.values()):
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not self._pending
+
     def _compiled_locked(self, batch: int, seq: int) -> _Compiled:
         key = (batch, seq)
         if key in self._compiled:
@@ -372,22 +389,57 @@ class SentenceEncoder:
             self._compiled.move_to_end(key)
             return self._compiled[key]
         self._misses += 1
-        self._compiled[key] = self._compile_shape(batch, seq)
+        compiled, lay_out, self.last_compile_phases = self._build_shape(batch, seq)
+        lay_out()
+        self.last_compile_ms = sum(self.last_compile_phases.values())
+        return self._keep(key, compiled)
+
+    def _keep(self, key: tuple[int, int], compiled: _Compiled) -> _Compiled:
+        self._compiled[key] = compiled
         while len(self._compiled) > self.max_shapes:
             self._compiled.popitem(last=False)
-        return self._compiled[key]
+        return compiled
 
-    def _compile_shape(self, batch: int, seq: int) -> _Compiled:
-        """Compile (or load from the object cache) the program for one (batch, seq); the f32 encoder's
-        plan comes from the plan store when this shape ran before (in any process)."""
+    def _runner_locked(self, batch: int, seq: int) -> tuple[tuple[int, int], _Compiled]:
+        """The shape to run (batch, seq) at and its program: its own, or (`cover`, while its own compiles
+        in the background) the smallest compiled shape covering it."""
+        covers = [k for k in self._compiled if k[0] >= batch and k[1] >= seq] if self.cover else []
+        if (batch, seq) in self._compiled or (batch, seq) in self._failed or not covers:
+            return (batch, seq), self._compiled_locked(batch, seq)
+        key = min(covers, key=lambda k: (k[0] * k[1], k))
+        if (batch, seq) not in self._pending:
+            thread = threading.Thread(target=self._compile_in_background, args=(batch, seq),
+                                      name=f"rlx-llvm-shape-{batch}x{seq}", daemon=True)
+            self._pending[batch, seq] = thread
+            thread.start()
+        self._hits += 1
+        self._compiled.move_to_end(key)
+        return key, self._compiled[key]
+
+    def _compile_in_background(self, batch: int, seq: int) -> None:
+        """Compile (batch, seq) off the lock, then lay out its arena and keep it."""
+        try:
+            compiled, lay_out, _ = self._build_shape(batch, seq)
+            with self._lock:
+                lay_out()
+                self._keep((batch, seq), compiled)
+        except Exception:   # the next call compiles it in the caller, which sees the error
+            self._failed.add((batch, seq))
+        finally:
+            self._pending.pop((batch, seq), None)
+
+    def _build_shape(self, batch: int, seq: int):
+        """Compile (or load from the object cache) the program for one (batch, seq), the f32 encoder's plan
+        from the plan store when this shape ran before (in any process); returns it, the step that makes
+        the arena fit it (run under the lock) and the wall ms of each phase."""
         from ..program import compile
-        t0 = last = time.perf_counter()
-        self.last_compile_phases = {}
+        last = time.perf_counter()
+        phases: dict[str, float] = {}
 
         def lap(phase: str) -> None:
             nonlocal last
             now = time.perf_counter()
-            self.last_compile_phases[phase], last = (now - last) * 1e3, now
+            phases[phase], last = (now - last) * 1e3, now
 
         if self._graph is not None:
             plan = self._plans.load(batch, seq)
@@ -397,16 +449,21 @@ class SentenceEncoder:
             lap("plan")
             compiled = _Compiled(compile(plan.schedule), plan.slots)
             lap("compile")
-            self._ensure_plan_arena(plan)
+            lay_out = lambda: self._ensure_plan_arena(plan, seq)  # noqa: E731
         else:
             schedule, slots = encoder_schedule(self.config, self.weights, batch, seq, self.pooling, self.quant)
             lap("plan")
             compiled = _Compiled(compile(schedule), slots)
             lap("compile")
-            self._ensure_arena(schedule.arena_bytes, self.weights.top, (), self._write_packed)
-        lap("arena")
-        self.last_compile_ms = (time.perf_counter() - t0) * 1e3
-        return compiled
+            lay_out = lambda: self._ensure_arena(schedule.arena_bytes, self.weights.top, (),  # noqa: E731
+                                                 self._write_packed, seq)
+
+        def timed_lay_out() -> None:
+            nonlocal last
+            last = time.perf_counter()
+            lay_out()
+            lap("arena")
+        return compiled, timed_lay_out, phases
 
     def _compile_graph(self, packed: dict[str, np.ndarray]) -> "CompiledGraph":
         """The f32 encoder written as a graph (`bert_graph.encoder_graph`), its weights set once; shapes
@@ -418,16 +475,19 @@ class SentenceEncoder:
             compiled.set_param(name, packed[name])
         return compiled
 
-    def _ensure_arena(self, nbytes: int, pinned_bytes: int, pinned: tuple, write_pinned) -> None:
+    def _ensure_arena(self, nbytes: int, pinned_bytes: int, pinned: tuple, write_pinned, seq: int) -> None:
         """One arena for every shape: the weights (`pinned_bytes`, laid out as `pinned` says) at the
-        front, written once by `write_pinned(arena)`.  When a shape needs more room the arena grows to
-        at least twice its activation room, the front copied: a stream of growing shapes copies the
-        weights a few times, not once per shape."""
+        front, written once by `write_pinned(arena)`.  A new arena has room for this shape's batch at
+        `max_length` tokens (activations grow with the tokens; pages never touched cost no memory), and
+        at least twice the old room: growing, which copies the weights into new pages, stays rare."""
+        from ..limits import max_bytes
         old = self._arena
         same_front = old is not None and self._pinned == pinned
         if same_front and old.nbytes >= nbytes:
             return
-        room = max(nbytes - pinned_bytes, 2 * (old.nbytes - pinned_bytes) if same_front else 0)
+        need = nbytes - pinned_bytes
+        ahead = max(need * self.max_length // seq, 2 * (old.nbytes - pinned_bytes) if same_front else 0)
+        room = max(need, min(ahead, max_bytes() - pinned_bytes))
         arena = Arena(pinned_bytes + room)
         if same_front:
             arena.bytes[:pinned_bytes] = old.bytes[:pinned_bytes]
@@ -435,8 +495,8 @@ class SentenceEncoder:
             write_pinned(arena)
         self._arena, self._pinned = arena, pinned
 
-    def _ensure_plan_arena(self, plan: ShapePlan) -> None:
-        self._ensure_arena(plan.arena_bytes, plan.pinned_bytes, plan.pinned, lambda a: self._write_plan(a, plan))
+    def _ensure_plan_arena(self, plan: ShapePlan, seq: int) -> None:
+        self._ensure_arena(plan.arena_bytes, plan.pinned_bytes, plan.pinned, lambda a: self._write_plan(a, plan), seq)
 
     def _write_packed(self, arena: Arena) -> None:
         """The quantized encoder's packed weights, at `self.weights`' slots."""
@@ -463,6 +523,20 @@ def _prepare_warm_starts(plan: ShapePlan) -> None:
 def _unpickle_encoder(load_args: dict) -> SentenceEncoder:
     """`SentenceEncoder.__reduce__`'s inverse: the encoder loaded again with the same arguments."""
     return SentenceEncoder(**load_args)
+
+
+def _cover(ids: np.ndarray, type_ids: np.ndarray, mask: np.ndarray, rows: int,
+           tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inputs padded to `rows` × `tokens`: masked tokens (id 0, mask 0) after each row, and copies of
+    the first row below (a row with every token masked would be all padding)."""
+    batch, seq = ids.shape
+    out = []
+    for a in (ids, type_ids, mask):
+        padded = np.zeros((rows, tokens), a.dtype)
+        padded[:batch, :seq] = a
+        padded[batch:] = padded[0]
+        out.append(padded)
+    return out[0], out[1], out[2]
 
 
 def _check_range(what: str, values: np.ndarray, size: int) -> None:

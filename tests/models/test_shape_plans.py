@@ -18,10 +18,10 @@ def test_planned_shapes_run_the_graph_sessions_bits_and_a_new_encoder_starts_fro
     monkeypatch.setenv("RLX_LLVM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("RLX_LLVM_CACHE", "1")
     encoder = model_or_skip()
-    small, large = feeds(encoder, GOLDEN["sentences"][:2]), feeds(encoder, GOLDEN["sentences"][:4], pad_to=64)
+    small, large = feeds(encoder, GOLDEN["sentences"][:2]), feeds(encoder, GOLDEN["sentences"][:2] * 4, pad_to=96)
     first = encoder.embed_tokens(small["ids"], small["mask"])
-    before = encoder.cache_info().arena_bytes
-    encoder.embed_tokens(large["ids"], large["mask"])           # a larger shape: the arena grows, weights kept
+    before = encoder.cache_info().arena_bytes                   # room for 2 rows of max_length tokens
+    encoder.embed_tokens(large["ids"], large["mask"])           # 8 rows: the arena grows, weights kept
     assert encoder.cache_info().arena_bytes > before
     np.testing.assert_array_equal(encoder.embed_tokens(small["ids"], small["mask"]), first)
     for f in (small, large):
@@ -46,3 +46,23 @@ def test_no_plans_are_written_with_the_cache_off(tmp_path, monkeypatch):
     assert encoder.cache_info().arena_bytes == 0                # nothing laid out before a shape is asked for
     encoder.embed(["one text"])
     assert not (tmp_path / "encoder-plans").exists()
+
+
+def test_cover_runs_a_new_shape_padded_on_a_compiled_larger_one_while_its_own_compiles():
+    from rlx_llvm.models import SentenceEncoder
+    model_or_skip()
+    encoder = SentenceEncoder(cover=True)
+    big = encoder.tokenize(GOLDEN["sentences"][:4], pad_to=64)
+    encoder.embed_tokens(*big)                                  # (4, 64) compiled in the caller
+    small = encoder.tokenize(GOLDEN["sentences"][:2], pad_to=32)
+    covered = encoder.embed_tokens(*small)                      # (2, 32): runs on (4, 64) at once
+    assert encoder.cache_info().misses == 1
+    assert encoder.wait_compiled(timeout=600)
+    assert (2, 32) in encoder._compiled
+    exact = encoder.embed_tokens(*small)                        # its own program now
+    assert encoder.cache_info().misses == 1
+    np.testing.assert_allclose(covered, exact, rtol=0, atol=1e-6)
+    assert (covered * exact).sum(1).min() >= 1 - 1e-6           # unit rows: the cosine
+    wider = encoder.tokenize(GOLDEN["sentences"][:1], pad_to=96)
+    encoder.embed_tokens(*wider)                                # nothing covers (1, 96): compiled in the caller
+    assert encoder.cache_info().misses == 2 and (1, 96) in encoder._compiled
