@@ -23,7 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -428,7 +428,7 @@ class SentenceEncoder:
         finally:
             self._pending.pop((batch, seq), None)
 
-    def _build_shape(self, batch: int, seq: int):
+    def _build_shape(self, batch: int, seq: int) -> "tuple[_Compiled, Callable[[], None], dict[str, float]]":
         """Compile (or load from the object cache) the program for one (batch, seq), the f32 encoder's plan
         from the plan store when this shape ran before (in any process); returns it, the step that makes
         the arena fit it (run under the lock) and the wall ms of each phase."""
