@@ -110,7 +110,8 @@ def row(kind: str, n: int, threads: int, repeat: int, no_warm: bool) -> dict:
             warm = f"{again['wall']:.3f}"
     phases = " ".join(f"{k}={v:.0f}" for k, v in cold["phases"].items())
     print(f"{kind:>8} {n:>8} {threads:>7} {cold['wall']:>8.2f} {cold['cpu']:>7.2f} {cold['rss_mb']:>7.0f}"
-          f" {cold['run_us_per_thunk']:>13.3f} {warm:>7}  {phases}", flush=True)
+          f" {cold['run_us_per_thunk']:>13.3f} {warm:>7}  {phases}  (load average {os.getloadavg()[0]:.1f})",
+          flush=True)
     return cold
 
 

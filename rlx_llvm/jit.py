@@ -33,6 +33,7 @@ import contextlib
 import ctypes
 import hashlib
 import os
+import re
 import threading
 import time
 from concurrent import futures
@@ -315,7 +316,14 @@ def missing_symbols(names: "list[str] | tuple[str, ...]") -> list[str]:
     initialize()
 
     def missing() -> list[str]:
-        return [name for name in names if not llvm.address_of_symbol(name)]
+        left = []
+        for name in names:
+            if name not in _resolved:
+                if llvm.address_of_symbol(name):
+                    _resolved.add(name)
+                else:
+                    left.append(name)
+        return left
 
     left = missing()
     if left and not SYMBOL_PROVIDERS:
@@ -328,16 +336,28 @@ def missing_symbols(names: "list[str] | tuple[str, ...]") -> list[str]:
     return left
 
 
+_resolved: set[str] = set()
+"""Symbols found once (libraries are loaded and symbols added for good): not looked up again, so a
+compile thread does not wait for the GIL once per external."""
+
+
 def _refuse_unresolved(names: list[str]) -> None:
     missing = missing_symbols(names)
     if missing:
         raise RlxError(f"unresolved external symbols {missing}: refusing to load code that would call NULL")
 
 
-def _declared_externals(mod) -> list[str]:
-    """Every external symbol the module uses: function declarations and external globals."""
-    names = [fn.name for fn in mod.functions if fn.is_declaration and not fn.name.startswith("llvm.")]
-    names += [g.name for g in mod.global_variables if g.is_declaration]
+_DECLARED_FUNCTION = re.compile(r'^declare [^@\n]*@("[^"]*"|[-\w$.]+)\(', re.M)
+_DECLARED_GLOBAL = re.compile(r'^@("[^"]*"|[-\w$.]+) = (?:external|extern_weak) ', re.M)
+
+
+def _declared_externals(ir_text: str) -> list[str]:
+    """Every external symbol the module of `ir_text` uses: function declarations and external
+    globals (read from the text: walking a module's functions costs a GIL hand-over per call on a
+    compile thread while Python code runs)."""
+    names = [n.strip('"') for n in _DECLARED_FUNCTION.findall(ir_text)]
+    names = [n for n in names if not n.startswith("llvm.")] + \
+        [n.strip('"') for n in _DECLARED_GLOBAL.findall(ir_text)]
     return sorted(names)
 
 
@@ -427,7 +447,7 @@ def _compile(ir_text: str, key: str, passes: Callable, codegen_opt: int,
     t0 = time.perf_counter()
     with _parsed(ir_text) as mod:
         t1 = time.perf_counter()
-        externals = [name for name in _declared_externals(mod) if name not in provided]
+        externals = [name for name in _declared_externals(ir_text) if name not in provided]
         _refuse_unresolved(externals)
         passes(mod)
         t2 = time.perf_counter()
@@ -449,16 +469,33 @@ def compile_parts(parts: "Parts", *, opt: int = 3, cache: "ObjectCache | None" =
     threads — `compile_ir` each (from `cache` when it has it), or `compile_quick` — and return one
     loadable result.  `on_part(done, total)` runs on this thread as parts finish and at least every
     PROGRESS_TICK_S seconds."""
-    def one(text: str) -> ObjectCode:
-        if quick:
-            return compile_quick(text, opt=opt, provided=parts.defined)
-        return compile_ir(text, opt=opt, cache=cache, provided=parts.defined)
-
-    total = len(parts.texts)
-    if total == 1 and on_part is None:
-        return one(parts.texts[0])
+    if len(parts.texts) == 1 and on_part is None:
+        return _compile_part(parts.texts[0], parts.defined, opt, cache, quick)
     t0 = time.perf_counter()
-    jobs = [_compile_threads(total).submit(one, text) for text in parts.texts]
+    jobs = [submit_part(text, parts.defined, opt=opt, cache=cache, quick=quick) for text in parts.texts]
+    return gather(jobs, t0, on_part)
+
+
+def _compile_part(text: str, provided: "frozenset[str]", opt: int, cache: "ObjectCache | None",
+                  quick: bool) -> ObjectCode:
+    if quick:
+        return compile_quick(text, opt=opt, provided=provided)
+    return compile_ir(text, opt=opt, cache=cache, provided=provided)
+
+
+def submit_part(text: str, provided: "frozenset[str]", *, opt: int = 3, cache: "ObjectCache | None" = None,
+                quick: bool = False) -> "futures.Future[ObjectCode]":
+    """Start compiling one part of a module on the compile threads (as `compile_parts` does);
+    `provided`: the functions other parts define for it."""
+    from .kernels import pool
+    return _compile_threads(pool.get_threads()).submit(_compile_part, text, provided, opt, cache, quick)
+
+
+def gather(jobs: "list[futures.Future[ObjectCode]]", t0: float,
+           on_part: "Callable[[int, int], None] | None" = None) -> "ObjectCode | ObjectSet":
+    """The parts compiled by `jobs`, as one loadable result (`on_part` as in `compile_parts`; `t0`:
+    when the first was submitted)."""
+    total = len(jobs)
     pending = set(jobs)
     while pending:
         if on_part is not None:

@@ -75,6 +75,105 @@ def split(ir_text: str, parts: int) -> Parts:
                  frozenset(name for name, it in defs.items() if it.kind == "define" and not it.local))
 
 
+class Streamed:
+    """Parts cut from an `llvmlite.ir.Module` while it is being emitted, so that they compile while
+    emission goes on.  `cut` turns the definitions added since the last part into a new part once
+    they reach `min_chars` (with `last`, whatever is left): a part only uses what was emitted before
+    it, so it is complete when cut.  `text()` is the module's text (as `str(module)`, printed once,
+    piece by piece), and `holds()` whether the cuts kept every tie `split` keeps (a later function
+    using an earlier part's internal helper breaks one): if not, drop the parts and split `text()`."""
+
+    def __init__(self, module) -> None:
+        self.module = module
+        self.items: list[_Item] = []
+        self.defs: dict[str, _Item] = {}
+        self.printed: list[tuple[object, object]] = []   # each global and what decided its text
+        self.start = 0                                    # the first item in no part yet
+        self.owner: dict[str, int] = {}                   # definition → its part
+        self.defined: set[str] = set()                    # external functions of the parts so far
+        self.broken = False
+
+    @property
+    def parts(self) -> int:
+        """Parts cut so far."""
+        return len(set(self.owner.values()))
+
+    def cut(self, min_chars: int, last: bool = False) -> "tuple[str, frozenset[str]] | None":
+        """A new part's text and the functions earlier parts define for it, or None (not enough new
+        definitions yet, or the module turned out not to be splittable)."""
+        self._print_new()
+        own = [it for it in self.items[self.start:] if it.kind != "keep"]
+        size = sum(len(it.text) for it in own if it.kind == "define")
+        if self.broken or not size or (size < min_chars and not last):
+            return None
+        provided = frozenset(self.defined)
+        part = self.parts
+        for it in own:
+            self.owner[it.name] = part
+            if it.kind == "define" and not it.local:
+                self.defined.add(it.name)
+        self.start = len(self.items)
+        frame = self._frame()
+        return _part_text(frame[0] + self.items + frame[1], self.defs, {it.name for it in own}), provided
+
+    def text(self) -> str:
+        """The whole module's text, exactly as `str(module)`."""
+        self._print_new()
+        head, tail = self._frame()
+        return "\n".join(it.text for it in head + self.items + tail)
+
+    def holds(self) -> bool:
+        """Whether the parts cut so far, with the rest as one more part, keep every tie and every
+        printed global is still as printed."""
+        self._print_new()
+        if self.broken or any(_changed(value, seen) for value, seen in self.printed):
+            return False
+        rest = self.parts
+        return all(len({self.owner.get(name, rest) for name in group}) == 1
+                   for group in _groups(self.defs, _noinline_groups(self.items)))
+
+    def _print_new(self) -> None:
+        """Print the globals added since the last call (definitions can only use what exists)."""
+        values = list(self.module.globals.values())[len(self.printed):]
+        new = []
+        for value in values:
+            text = str(value)
+            kind = "define" if text.startswith("define") else \
+                "global" if text.startswith("@") and not _EXTERNAL_GLOBAL.match(text) else "keep"
+            it = _Item(kind, value.name if kind != "keep" else None, text)
+            self.items.append(it)
+            self.printed.append((value, _state(value)))
+            if kind != "keep":
+                self.defs[it.name] = it
+                new.append(it)
+                self.broken |= _unsplittable(it)
+        for it in new:
+            names = {_unquote(n) for n in _NAME.findall(it.text)}
+            names.discard(it.name)
+            it.refs = tuple(sorted(names.intersection(self.defs)))
+            # a tie to an earlier part: the cuts cannot hold (known now, so no more parts are cut);
+            # llvmlite prints attributes inline, never as groups
+            self.broken |= any(ref in self.owner and _kept_with_users(self.defs[ref], set()) for ref in it.refs)
+
+    def _frame(self) -> tuple[list[_Item], list[_Item]]:
+        """The lines `str(module)` puts before the globals (header, named types) and after them (metadata)."""
+        m = self.module
+        head = [f'; ModuleID = "{m.name}"', f'target triple = "{m.triple}"', f'target datalayout = "{m.data_layout}"',
+                ""] + [t.get_declaration() for t in m.get_identified_types().values()]
+        return [_Item("keep", None, line) for line in head], \
+            [_Item("keep", None, line) for line in m._get_metadata_lines()]
+
+
+def _state(value) -> object:
+    """What decides a global's printed kind: a function's block count, a variable's initializer."""
+    return len(value.blocks) if hasattr(value, "blocks") else getattr(value, "initializer", None)
+
+
+def _changed(value, seen: object) -> bool:
+    now = _state(value)
+    return now is not seen and now != seen
+
+
 def _unquote(name: str) -> str:
     return name[1:-1] if name.startswith('"') else name
 

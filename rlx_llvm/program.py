@@ -19,7 +19,7 @@ from .cache import ObjectCache
 from .codegen import FallbackStep, ModuleBuilder, NativeStep, plan
 from .errors import ExecutionError, RlxError, ValidationError
 from .inspection import Report, ThunkReport, function_asm, function_ir
-from .partition import Parts, split
+from .partition import Parts, Streamed, split
 from .progress import Progress, ProgressCallback
 from .validate import validate_schedule
 
@@ -75,12 +75,12 @@ TIER_UP_IR_CHARS = 40_000
 """RLX_LLVM_TIERED=1 tiers modules this large (IR text); below, O3 costs under ~75 ms anyway."""
 
 
-def _tiering(requested: "bool | None", opt_level: int, ir_text: str) -> bool:
+def _tiering(requested: "bool | None", opt_level: int, ir_chars: int) -> bool:
     """Whether a cold compile runs quick code first: `requested`, else (RLX_LLVM_TIERED=1) for
     modules of TIER_UP_IR_CHARS or more; only at opt_level ≥ 2."""
     if requested is None:
         on = os.environ.get("RLX_LLVM_TIERED", "0").strip().lower() not in ("", "0", "false", "no", "off")
-        requested = on and len(ir_text) >= TIER_UP_IR_CHARS
+        requested = on and ir_chars >= TIER_UP_IR_CHARS
     return requested and opt_level >= 2
 
 
@@ -93,6 +93,58 @@ def _split(ir_text: str) -> "Parts":
     """The module in parts for `jit.compile_parts`: one per configured thread once it is big enough."""
     from .kernels import pool
     return split(ir_text, pool.get_threads() if len(ir_text) >= PARALLEL_IR_CHARS else 1)
+
+
+STREAM_PART_CHARS = 400_000
+"""On several threads, every this many characters of newly emitted functions become a part that
+compiles while emission goes on (`_Pipeline`)."""
+STREAM_CHECK_EVERY = 64
+"""Thunks emitted between two looks at how much is ready for a part."""
+
+
+class _Pipeline:
+    """A module's parts compiled while the module is still being emitted (`partition.Streamed`): the
+    LLVM work of the first parts overlaps the Python work of the rest.  Used only if the cuts keep
+    every tie `split` keeps; otherwise the parts are dropped and the whole module split anew."""
+
+    def __init__(self, module, opt_level: int, cache) -> None:
+        self.module, self.opt_level, self.cache = module, opt_level, cache
+        self.streamed = Streamed(module)
+        self.jobs: list = []
+        self.t0 = 0.0
+
+    def cut(self, last: bool = False) -> None:
+        """Start compiling the newly emitted functions once there are enough of them."""
+        part = self.streamed.cut(STREAM_PART_CHARS, last)
+        if part is not None:
+            self.t0 = self.t0 or time.perf_counter()
+            self.jobs.append(jit.submit_part(*part, opt=self.opt_level, cache=self.cache))
+        elif self.streamed.broken:
+            for job in self.jobs:   # they will be dropped: free the compile threads
+                job.cancel()
+
+    def text(self) -> str:
+        """The module's text, with its IR kernels linked in."""
+        return custom_ops.link_ir_kernels(self.module) if self._links() else self.streamed.text()
+
+    def finish(self, on_part) -> "jit.ObjectCode | jit.ObjectSet | None":
+        """The compiled parts, the rest of the module being the last; None if nothing was cut or
+        the cuts do not hold."""
+        if not self.jobs or self._links() or not self.streamed.holds():
+            return None
+        self.cut(last=True)
+        return jit.gather(self.jobs, self.t0, on_part)
+
+    def _links(self) -> bool:
+        """Whether the module declares IR kernels that `custom_ops.link_ir_kernels` links in."""
+        prefix = f"{custom_ops.PREFIX}llvm."
+        return any(f.is_declaration and f.name.startswith(prefix) for f in self.module.functions)
+
+
+def _streaming(tiered: "bool | None", opt_level: int) -> bool:
+    """Whether to compile parts while emitting: on several threads, untiered."""
+    from .kernels import pool
+    return pool.get_threads() >= 2 and not _tiering(tiered, opt_level, TIER_UP_IR_CHARS)
 
 
 class Program:
@@ -148,6 +200,7 @@ class Program:
         t0 = time.perf_counter()
         mb = ModuleBuilder(self.schedule, jit.host().lanes(32))
         native = sum(len(s.indices) for s in self._steps if isinstance(s, NativeStep))
+        pipeline = _Pipeline(mb.module, self.opt_level, cache) if _streaming(tiered, self.opt_level) else None
         emitted = 0
         for step in self._steps:
             if isinstance(step, NativeStep):
@@ -156,6 +209,8 @@ class Program:
                     self._report("emit", emitted, native)
                     fns.append(mb.thunk_function(i, self.schedule.thunks[i]))
                     emitted += 1
+                    if pipeline is not None and emitted % STREAM_CHECK_EVERY == 0:
+                        pipeline.cut()
                 mb.driver(step, fns)
         self._report("emit", emitted, native)
         self._symbols = mb.symbols
@@ -166,14 +221,15 @@ class Program:
         """Bytes of per-thread scratch the native code needs (allocated lazily per calling thread)."""
         limits.check_bytes("the program's per-thread scratch", self.scratch_bytes)
         self._emit_ms = mb.emit_ms
-        self._ir_text = custom_ops.link_ir_kernels(mb.module)
+        self._ir_text = pipeline.text() if pipeline is not None else custom_ops.link_ir_kernels(mb.module)
         self._timings = {"emit": (time.perf_counter() - t0) * 1e3}
         if any(isinstance(s, NativeStep) for s in self._steps):
-            self._code = jit.cached_object(self._ir_text, self.opt_level, cache)
+            on_part = lambda done, total: self._report("compile", done, total)  # noqa: E731
+            self._code = pipeline.finish(on_part) if pipeline is not None else None
+            self._code = self._code or jit.cached_object(self._ir_text, self.opt_level, cache)
             if self._code is None:
-                parts, quick = _split(self._ir_text), _tiering(tiered, self.opt_level, self._ir_text)
-                self._code = jit.compile_parts(parts, opt=self.opt_level, cache=cache, quick=quick,
-                                               on_part=lambda done, total: self._report("compile", done, total))
+                parts, quick = _split(self._ir_text), _tiering(tiered, self.opt_level, len(self._ir_text))
+                self._code = jit.compile_parts(parts, opt=self.opt_level, cache=cache, quick=quick, on_part=on_part)
                 if quick:
                     self._tier_up = _TierUp(weakref.ref(self), parts, self.opt_level, cache)
             self._timings.update({f"quick {k}" if self._code.quick else k: v

@@ -7,6 +7,7 @@ import ctypes
 import re
 
 import llvmlite.binding as llvm
+from llvmlite import ir
 import numpy as np
 import pytest
 
@@ -131,15 +132,48 @@ def test_parts_compile_at_once_and_call_each_other():
     assert ctypes.CFUNCTYPE(ctypes.c_int64)(engine.address("segment0"))() == EXPECTED
 
 
+def test_streamed_parts_are_cut_while_emitting_and_checked_at_the_end():
+    module = ir.Module("m")
+    i32 = ir.IntType(32)
+
+    def function(name: str, linkage: str = "", calls: "ir.Function | None" = None) -> ir.Function:
+        fn = ir.Function(module, ir.FunctionType(i32, []), name=name)
+        fn.linkage = linkage
+        fn.attributes.add("noinline")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        b.ret(b.call(calls, []) if calls is not None else i32(7))
+        return fn
+
+    helper = function("helper", "internal")
+    function("t0_a", calls=helper)
+    streamed = partition.Streamed(module)
+    first, provided = streamed.cut(1)
+    assert provided == frozenset() and "define internal i32 @\"helper\"" in first
+    t1 = function("t1_b", calls=module.get_global("t0_a"))   # calls an earlier part's function
+    second, provided = streamed.cut(1)
+    assert provided == {"t0_a"} and 'declare i32 @"t0_a"()' in second and "@\"helper\"" not in second
+    assert streamed.holds() and streamed.text() == str(module)
+    for text in (first, second):
+        llvm.parse_assembly(text).verify()
+    function("t2_c", calls=helper)        # an earlier part's internal helper: the cuts no longer hold
+    assert not streamed.holds() and streamed.text() == str(module)
+    assert t1.name in partition.split(streamed.text(), 2).defined
+
+
 # ── a program of many kinds: same bits, same code ──
 KINDS = ("ElementwiseRegion", "Sgemm", "QMatMul", "Scan", "CustomOp", "Fft1d", "LayerNorm", "Copy")
 
 
 @pytest.fixture(scope="module")
-def mixed():
-    """One example of each of KINDS side by side (GEMM tiles, parallel bodies, a nested scan, a
-    linked IR kernel, shared bodies: every internal function the emitters make)."""
-    chosen = [testing.examples(kind)[0] for kind in KINDS]
+def chosen():
+    """One example of each of KINDS (GEMM tiles, parallel bodies, a nested scan, a linked IR
+    kernel, shared bodies: every internal function the emitters make)."""
+    return [testing.examples(kind)[0] for kind in KINDS]
+
+
+@pytest.fixture(scope="module")
+def mixed(chosen):
+    """The examples of KINDS side by side in one schedule."""
     return testing.pack(chosen)
 
 
@@ -187,6 +221,22 @@ def test_parts_give_the_same_code_and_bits(mixed, one_part, monkeypatch):
     gemm = next(i for i, t in enumerate(mixed.schedule.thunks) if type(t).__name__ == "Sgemm")
     assert asm_labels(prog.asm(thunk=gemm)) == asm_labels(whole.asm(thunk=gemm))
     assert prog.llvm_ir() == whole.llvm_ir()
+
+
+@pytest.mark.parametrize("twice", [False, True])
+def test_parts_compiled_while_emitting_give_the_same_bits(chosen, monkeypatch, twice):
+    """A part per thunk as soon as it is emitted (no IR kernel to link: that is never streamed);
+    twice the examples, the second GEMM uses the first's register tiles (internal functions), so the
+    cuts do not hold and the module is split anew, in 2."""
+    plain = testing.pack([ex for ex in chosen if "CustomOp" not in ex.kinds])
+    ex = testing.pack([plain, plain]) if twice else plain
+    expected = run(ex, compiled(ex, monkeypatch, 1))
+    monkeypatch.setattr(program, "STREAM_PART_CHARS", 1)
+    monkeypatch.setattr(program, "STREAM_CHECK_EVERY", 1)
+    prog = compiled(ex, monkeypatch, 2)
+    assert run(ex, prog) == expected
+    parts = len(prog._code.parts)
+    assert parts == 2 if twice else parts > len(plain.schedule.thunks) // 2
 
 
 def test_parts_are_cached_and_load_warm(mixed, one_part, monkeypatch, tmp_path):
