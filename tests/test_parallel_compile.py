@@ -160,6 +160,22 @@ def test_streamed_parts_are_cut_while_emitting_and_checked_at_the_end():
     assert t1.name in partition.split(streamed.text(), 2).defined
 
 
+def walked_externals(text: str) -> list[str]:
+    """The externals of a module found by walking its functions and globals."""
+    mod = llvm.parse_assembly(text)
+    return sorted([f.name for f in mod.functions if f.is_declaration and not f.name.startswith("llvm.")]
+                  + [g.name for g in mod.global_variables if g.is_declaration])
+
+
+def test_externals_read_from_the_text_are_the_declarations():
+    module = ir.Module("m")
+    ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.PointerType()]), name="rlx.custom.x")
+    ir.GlobalVariable(module, ir.IntType(32), name="rlx_num_threads")
+    ir.Function(module, ir.FunctionType(ir.FloatType(), [ir.FloatType()]), name="llvm.sqrt.f32")
+    for text in (str(module), str(llvm.parse_assembly(str(module)))):   # as llvmlite and as LLVM print it
+        assert jit._declared_externals(text) == walked_externals(text) == ["rlx.custom.x", "rlx_num_threads"]
+
+
 # ── a program of many kinds: same bits, same code ──
 KINDS = ("ElementwiseRegion", "Sgemm", "QMatMul", "Scan", "CustomOp", "Fft1d", "LayerNorm", "Copy")
 
@@ -221,6 +237,7 @@ def test_parts_give_the_same_code_and_bits(mixed, one_part, monkeypatch):
     gemm = next(i for i, t in enumerate(mixed.schedule.thunks) if type(t).__name__ == "Sgemm")
     assert asm_labels(prog.asm(thunk=gemm)) == asm_labels(whole.asm(thunk=gemm))
     assert prog.llvm_ir() == whole.llvm_ir()
+    assert jit._declared_externals(whole.llvm_ir()) == walked_externals(whole.llvm_ir())
 
 
 @pytest.mark.parametrize("twice", [False, True])
