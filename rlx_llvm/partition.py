@@ -6,17 +6,19 @@ the calls between the loaded objects.  Nothing the optimizer sees across a funct
 * a function with local linkage (`internal`/`private`: GEMM register tiles, parallel bodies, linked
   IR kernels), or one without `noinline` (which the inliner may take), stays in the part of every
   function that uses it — it has the same callers as in the whole module;
-* local data is copied into every part that reads it (data that names a global goes with its users).
-
 * a function that is called (a thunk function, a nested schedule's runner) stays with the functions
   it calls, so what the optimizer infers about a callee (captures, memory effects) reaches it as in
-  the whole module.
+  the whole module;
+* local data is copied into every part that reads it (data that names a global goes with its users).
 
 Only the calls of the functions nobody calls — the segment drivers — cross parts.  So each function
 but a driver gets the same IR and the same passes as in the whole module; a driver (calls and status
-checks) may know less about the functions it calls.
-A module with anything else defined outside local linkage (an external global, an alias, a
-`linkonce`/`weak` function, module-level asm) is not split.
+checks) may know less about the functions it calls.  A module with anything else defined outside
+local linkage (an external global, an alias, a `linkonce`/`weak` function, module-level asm) is not
+split.
+
+`split` cuts a finished module's text; `Streamed` cuts parts while the module is still being emitted
+and checks the same ties at the end.
 """
 from __future__ import annotations
 

@@ -115,6 +115,7 @@ class _Pipeline:
 
     def cut(self, last: bool = False) -> None:
         """Start compiling the newly emitted functions once there are enough of them."""
+        self.streamed.broken |= self._links()   # IR kernels are linked into the whole text only
         part = self.streamed.cut(STREAM_PART_CHARS, last)
         if part is not None:
             self.t0 = self.t0 or time.perf_counter()
@@ -130,7 +131,7 @@ class _Pipeline:
     def finish(self, on_part) -> "jit.ObjectCode | jit.ObjectSet | None":
         """The compiled parts, the rest of the module being the last; None if nothing was cut or
         the cuts do not hold."""
-        if not self.jobs or self._links() or not self.streamed.holds():
+        if not self.jobs or not self.streamed.holds():
             return None
         self.cut(last=True)
         return jit.gather(self.jobs, self.t0, on_part)
