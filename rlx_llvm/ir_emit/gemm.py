@@ -168,7 +168,13 @@ def register_tile(lanes: int) -> tuple[int, int]:
 ACCUMULATORS = {lanes: rows * nv for lanes in (16, 8, 4) for rows, nv in [register_tile(lanes)]}
 PANEL_VECTORS = register_tile(16)[1]  # the widest panel (AVX-512); `register_tile` gives the host's
 K_BLOCK = 512           # rows of B per k-block at most (BLIS's kc: a tile's C traffic per k stays small)
-L2_BYTES = jit.l2_bytes()  # the host's per-core L2: sizes the k- and row blocks
+K_BLOCK_MIN = 128       # ... and at least (a wide AVX-512 panel would otherwise get a short k-block)
+L1_BYTES = jit.l1d_bytes()  # the host's per-core L1d: sizes the k-blocks (B micro-panel + A micro-panels)
+L2_BYTES = jit.l2_bytes()  # the host's per-core L2: sizes the row blocks
+PACK_A_MIN_PANELS = 8   # pack A once at least this many column panels (per thread) read it
+# A packed B k-panel (kc × a group of column panels, BLIS's kc × nc) is reused by every row block:
+# a quarter of the shared L3 holds it (4 MiB where the L3 size cannot be read)
+B_PANEL_BYTES = max(L2_BYTES, jit.cache_bytes(3, 16 << 20) // 4)
 PARALLEL_MIN_FMAS = 1 << 21  # ≈ 10 µs of tile work per thread before a fork/join pays off
 
 
@@ -184,14 +190,18 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
     """`C = α·op(A)·B + β·C` by register tiles: `MR` rows × `NV` vectors of C stay in registers
     while the loop over k streams rows of B and broadcasts elements of A.
 
-    Blocked BLIS-style for the host's caches: k in blocks (`k_blocks`; later blocks accumulate onto
-    C), rows in blocks whose slice of A fills half of L2 (`row_block`), and within those, column
-    panels of `NV·W` columns (the last one narrower, its last vector masked): each panel's block of
-    B is packed contiguous (`_block`) and every row tile of the row block runs over it.  The panels
-    are split across rlx_llvm's threads (`ctx.parallel_for`) when each thread gets enough work and
-    every operand is an `ArenaRef` or `ScratchRef` (a raw pointer cannot be re-derived inside the
-    outlined body).  The epilogue runs per panel right after its tiles when there is one block of
-    each, else over the thread's panels at the end.
+    Blocked BLIS-style for the host's caches (loops k-block / row block / column panel / row tile):
+    k in blocks whose `kc × NR` micro-panel of B stays in L1 (`k_blocks`; later blocks accumulate
+    onto C), rows in blocks whose `mc × kc` slice of A stays in L2 (`row_block`, balanced so no
+    sliver block is left), and within those, column panels of `NR = NV·W` columns (the last one
+    narrower, its last vector masked).  The row block of A is packed once into `MR`-row micro-panels
+    (`pack_a`: each tile's broadcasts read one contiguous stream) when enough panels reuse it; each
+    panel's block of B is packed contiguous (`_block`) and every row tile of the row block runs
+    over it.  The panels are split across rlx_llvm's threads (`ctx.parallel_for`; each thread packs
+    its own A) when each thread gets enough work and every operand is an `ArenaRef` or
+    `ScratchRef` (a raw pointer cannot be re-derived inside the outlined body).  The epilogue runs
+    per panel right after its last k-block's tiles when there is one row block, else over the
+    thread's panels at the end.
     """
     ty, size = TILE_TYPES[prec], ITEMSIZE[prec]
     w = ctx.lanes * 4 // size
@@ -200,10 +210,17 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
     full, rest = n // panel, n % panel
     panels = full + (1 if rest else 0)
     min_panels = max(1, -(-PARALLEL_MIN_FMAS // (m * k * panel)))
-    kblocks = k_blocks(k, panel * size)
-    mc = row_block(m, kblocks[0][1] * size, rows)
+    kblocks = k_blocks(k, panel * size, rows * size)
+    kc_max = kblocks[0][1]
+    mc = row_block(m, kc_max * size, rows)
     packs = m > rows  # more than one row tile reads each block of B: copy it contiguous once
-    fused = epilogue is not None and len(kblocks) == 1 and mc == m
+    fused = epilogue is not None and mc == m
+    threaded = panels >= 2 * min_panels and all(isinstance(x, MovableRef) for x in (a, b, c))
+    packs_a = packs and full >= PACK_A_MIN_PANELS * (2 if threaded else 1)
+    # column panels per packed B k-panel, reused by every row block; with one row block, each panel is
+    # packed right before its tiles into one micro-panel buffer (hot in L1) and the group is all panels
+    reuse_b = packs and mc < m
+    group = max(1, min(panels, B_PANEL_BYTES // (kc_max * panel * size))) if reuse_b else panels
 
     def each_panel(sub: EmitContext, start: ir.Value, stop: ir.Value, body: Callable[[ir.Value, int], None]) -> None:
         with sub.for_range(start, stop, name="panel") as j:
@@ -218,79 +235,164 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
 
     def run_panels(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
         ops = [pointer(sub, x) for x in (a, b, c)]
-        # this thread's copy of one k-block of a B panel (contiguous rows: no cache-set conflicts)
-        pack = scratch_ptr(sub, sub.scratch_alloc(kblocks[0][1] * panel * size)) if packs else None
-        for k0, kc in kblocks:
-            block_beta = beta if k0 == 0 else 1.0  # later blocks add onto the partial C
-            for i0, mrows, count in _runs(m, mc):
-                with _maybe_loop(sub, count, "mblock") as t:
-                    row0 = sub.b.add(I64(i0), sub.b.mul(t, I64(mrows)))
+        # this thread's packed B k-panel (micro-panels of `group` column panels) and A block
+        b_pack = scratch_ptr(sub, sub.scratch_alloc(kc_max * panel * size * (group if reuse_b else 1))) if packs else None
+        a_pack = scratch_ptr(sub, sub.scratch_alloc(kc_max * mc * size)) if packs_a else None
+        with sub.for_range(start, stop, group, name="jc") as jc:
+            jc_stop = sub.b.select(sub.b.icmp_signed("<", sub.b.add(jc, I64(group)), stop), sub.b.add(jc, I64(group)), stop)
+            for first, kc, kcount in kblocks:
+                block_beta = beta if first == 0 else 1.0  # later blocks add onto the partial C
+                last = first + kc * kcount == k
+                with _maybe_loop(sub, kcount, "kblock") as kb:
+                    k0 = sub.b.add(I64(first), sub.b.mul(kb, I64(kc)))
+                    for i0, mrows, count in _runs(m, mc):
+                        with _maybe_loop(sub, count, "mblock") as t:
+                            row0 = sub.b.add(I64(i0), sub.b.mul(t, I64(mrows)))
+                            if a_pack is not None:
+                                pack_a(sub, ty, ops[0], a_pack, (m, k), (row0, mrows), (k0, kc), ta, rows)
 
-                    def tiles(j: ir.Value, width: int) -> None:
-                        _block(sub, ty, w, (m, n, k), panel, width, ops, j, (row0, mrows), (k0, kc), ta, alpha,
-                               block_beta, pack)
-                        if fused:
-                            epilogue(sub, sub.b.mul(j, I64(panel)), width)
+                            def tiles(j: ir.Value, width: int) -> None:
+                                b_micro = None
+                                if reuse_b:  # packed by the first row block
+                                    b_micro = _micro_panel(sub, b_pack, j, jc, kc * panel * size)
+                                    with sub.b.if_then(sub.b.icmp_unsigned("==", row0, I64(0))):
+                                        pack_b(sub, ty, w, ops[1], b_micro, n, panel, j, width, (k0, kc))
+                                elif b_pack is not None:  # one row block: one micro-panel buffer, hot in L1
+                                    b_micro = b_pack
+                                    pack_b(sub, ty, w, ops[1], b_micro, n, panel, j, width, (k0, kc))
+                                _block(sub, ty, w, (m, n, k), panel, width, ops, j, (row0, mrows), (k0, kc), ta,
+                                       alpha, block_beta, b_micro, a_pack)
+                                if fused and last:
+                                    epilogue(sub, sub.b.mul(j, I64(panel)), width)
 
-                    each_panel(sub, start, stop, tiles)
+                            each_panel(sub, jc, jc_stop, tiles)
         if epilogue is not None and not fused:
             each_panel(sub, start, stop, lambda j, width: epilogue(sub, sub.b.mul(j, I64(panel)), width))
 
-    if panels >= 2 * min_panels and all(isinstance(x, MovableRef) for x in (a, b, c)):
+    if threaded:
         ctx.parallel_for(panels, run_panels, grain=1, min_work=min_panels)
     else:
         run_panels(ctx, I64(0), I64(panels))
 
 
+def _micro_panel(ctx: EmitContext, b_pack: ir.Value, j: ir.Value, jc: ir.Value, nbytes: int) -> ir.Value:
+    """Pointer to column panel `j`'s packed micro-panel in the k-panel of panels from `jc`."""
+    return ctx.addr(0, ctx.b.sub(j, jc), nbytes, base=b_pack)
+
+
+def pack_b(ctx: EmitContext, ty: ir.Type, w: int, bm: ir.Value, dst: ir.Value, n: int, panel: int, j: ir.Value,
+           width: int, k_span: tuple[ir.Value, int]) -> None:
+    """Copy the k-block rows of column panel `j` (`width` columns) of B to `dst` as `[kc][NV·W]`:
+    every row tile then reads one dense block (no TLB or cache-set cost from B's row stride)."""
+    b = ctx.b
+    (k0, kc), size = k_span, 4 if ty == F32 else 8
+    stride = -(-width // w) * w
+    col = b.mul(j, I64(panel))
+    with ctx.for_range(0, kc, name="bpack") as r:
+        src = ctx.addr(0, b.add(b.mul(b.add(r, k0), I64(n)), col), size, base=bm)
+        copy_bytes(ctx, ctx.addr(0, b.mul(r, I64(stride)), size, base=dst), src, width * size)
+
+
+def pack_a(ctx: EmitContext, ty: ir.Type, a: ir.Value, dst: ir.Value, dims: tuple[int, int],
+           row_span: tuple[ir.Value, int], k_span: tuple[ir.Value, int], ta: bool, tile_rows: int) -> None:
+    """Copy `op(A)[rows, k-block]` to `dst` as register-tile micro-panels: the tile of block rows
+    `f … f + r` is `[kc][r]` at element `f·kc` (every tile has `tile_rows` rows but the last), so a
+    tile's broadcasts walk one contiguous stream instead of `r` rows of A."""
+    b = ctx.b
+    m, k = dims
+    (row0, mrows), (k0, kc) = row_span, k_span
+    size = 4 if ty == F32 else 8
+    a_row, a_col = (1, m) if ta else (k, 1)
+    for i0, r, count in _runs(mrows, tile_rows):
+        fn = _micro_panel_packer(ctx, ty, r)
+        with _maybe_loop(ctx, count, "apanel") as t:
+            first = b.add(I64(i0), b.mul(t, I64(r)))
+            src = ctx.addr(0, b.add(b.mul(b.add(row0, first), I64(a_row)), b.mul(k0, I64(a_col))), size, base=a)
+            b.call(fn, [src, ctx.addr(0, b.mul(first, I64(kc)), size, base=dst), I64(a_row), I64(a_col), I64(kc)])
+
+
+def _micro_panel_packer(ctx: EmitContext, ty: ir.Type, rows: int) -> ir.Function:
+    """`void (ptr src, ptr dst, i64 row_stride, i64 k_stride, i64 kc)`: `dst[p·rows + i] =
+    src[i·row_stride + p·k_stride]` — one module-wide function per (type, rows)."""
+    name = f"rlx.pack_a.{'f32' if ty == F32 else 'f64'}.r{rows}"
+    existing = ctx.module.globals.get(name)
+    if existing is not None:
+        return existing
+    fn = ir.Function(ctx.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64, I64]), name=name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    fn.attributes.add("noinline")
+    for arg in fn.args[:2]:
+        arg.add_attribute("noalias")
+    src, dst, row_stride, k_stride, kc = fn.args
+    body = EmitContext(ctx.module, fn, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx.declare,
+                       arena=src, scratch=src)
+    b = body.b
+    with body.for_range(0, kc, name="p") as p:
+        at = b.mul(p, k_stride)
+        for i in range(rows):
+            x = body.load(0, ty, b.add(at, b.mul(I64(i), row_stride)), base=src)
+            body.store(0, x, b.add(b.mul(p, I64(rows)), I64(i)), base=dst)
+    b.ret_void()
+    return fn
+
+
 def _block(ctx: EmitContext, ty: ir.Type, w: int, dims: tuple[int, int, int], panel: int, width: int,
            ops: list[ir.Value], j: ir.Value, row_span: tuple[ir.Value, int], k_span: tuple[int, int], ta: bool,
-           alpha: float, beta: float, pack: ir.Value | None) -> None:
+           alpha: float, beta: float, pack: ir.Value | None, a_pack: ir.Value | None) -> None:
     """Rows `row_span` (first row, count) × column panel `j` (`width` columns from `j·panel`) ×
-    `k_span` (first k, length): every row tile of it.  With `pack`, the block of B is first copied
-    there as contiguous `[kc, panel]` rows: every row tile then reads one dense block (no TLB or
-    cache-set cost from B's own row stride of `n` elements)."""
+    `k_span` (first k, length): every row tile of it.  B is read from `pack` (the panel's packed
+    `[kc][NV·W]` micro-panel, `pack_b`) when given, else in place; A from its packed micro-panels
+    (`pack_a`) when `a_pack` is given, else in place."""
     b = ctx.b
     m, n, k = dims
     (row0, mrows), (k0, kc) = row_span, k_span
     nv = -(-width // w)
     tile_rows, tile_vectors = register_tile(ctx.lanes)
-    mr = max(1, min(mrows, tile_rows * tile_vectors // nv))
+    mr = tile_rows if a_pack is not None else max(1, min(mrows, tile_rows * tile_vectors // nv))
     size = 4 if ty == F32 else 8
     a, bm, c = ops
     col = b.mul(j, I64(panel))
     a_row, a_col = (1, m) if ta else (k, 1)  # element strides of op(A) along rows and along k
     if pack is not None:
-        with ctx.for_range(0, kc, name="pack") as r:
-            src = ctx.addr(0, b.add(b.mul(b.add(r, I64(k0)), I64(n)), col), size, base=bm)
-            copy_bytes(ctx, ctx.addr(0, b.mul(r, I64(panel)), size, base=pack), src, width * size)
-        b_at, ldb = ctx.addr(0, I64(0), size, base=pack), panel
+        b_at, ldb = pack, nv * w
     else:
-        b_at, ldb = ctx.addr(0, b.add(col, I64(k0 * n)), size, base=bm), n
+        b_at, ldb = ctx.addr(0, b.add(col, b.mul(k0, I64(n))), size, base=bm), n
     for i0, rows, count in _runs(mrows, mr):
-        fn = TileShape(ty, w, rows, nv, beta != 0.0, ragged=width % w != 0).function(ctx)
+        fn = TileShape(ty, w, rows, nv, beta != 0.0, ragged=width % w != 0, packed=a_pack is not None).function(ctx)
         with _maybe_loop(ctx, count, "rtile") as tr:
-            r0 = b.add(row0, b.add(I64(i0), b.mul(tr, I64(rows))))
-            a_at = b.add(b.mul(r0, I64(a_row)), I64(k0 * a_col))
-            b.call(fn, [ctx.addr(0, a_at, size, base=a), b_at,
-                        ctx.addr(0, b.add(b.mul(r0, I64(n)), col), size, base=c),
-                        I64(a_row), I64(a_col), I64(ldb), I64(n), I64(kc), I64(width - (nv - 1) * w),
+            first = b.add(I64(i0), b.mul(tr, I64(rows)))
+            r0 = b.add(row0, first)
+            if a_pack is not None:
+                a_at, strides = ctx.addr(0, b.mul(first, I64(kc)), size, base=a_pack), (1, rows)
+            else:
+                a_at = ctx.addr(0, b.add(b.mul(r0, I64(a_row)), b.mul(k0, I64(a_col))), size, base=a)
+                strides = (a_row, a_col)
+            b.call(fn, [a_at, b_at, ctx.addr(0, b.add(b.mul(r0, I64(n)), col), size, base=c),
+                        I64(strides[0]), I64(strides[1]), I64(ldb), I64(n), I64(kc), I64(width - (nv - 1) * w),
                         ir.Constant(ty, alpha), ir.Constant(ty, beta)])
 
 
-def k_blocks(k: int, row_bytes: int) -> list[tuple[int, int]]:
-    """(first k, length) of near-equal blocks of at most `K_BLOCK` rows of B, each block of a panel
-    (`row_bytes` per row) within a quarter of L2 (one block when k fits)."""
-    limit = max(1, min(K_BLOCK, L2_BYTES // 4 // row_bytes))
-    count = -(-k // limit)
-    size = -(-k // count)
-    return [(k0, min(size, k - k0)) for k0 in range(0, k, size)]
+def k_blocks(k: int, row_bytes: int, a_bytes: int) -> list[tuple[int, int, int]]:
+    """(first k, length, count) runs of near-equal k-blocks: each block's B micro-panel (`row_bytes`
+    per k) and two A micro-panels (`a_bytes` per k: the tile's and the next) fit L1, at most `K_BLOCK`
+    long.  The first block (β) and the last (the fused epilogue follows it) are runs of their own;
+    the blocks between are one run-time loop, so the code does not grow with k."""
+    limit = max(K_BLOCK_MIN, min(K_BLOCK, L1_BYTES // (row_bytes + 2 * a_bytes)))
+    size = -(-k // -(-k // limit))
+    blocks = -(-k // size)
+    last = k - (blocks - 1) * size
+    runs = [(0, size, 1)] + ([(size, size, blocks - 2)] if blocks > 2 else [])
+    return runs + ([(k - last, last, 1)] if blocks > 1 else [])
 
 
 def row_block(m: int, a_row_bytes: int, tile_rows: int) -> int:
-    """Rows of A per block: as many whole register tiles as keep the block (`a_row_bytes` per row)
-    within half of L2, where it stays while every panel of B passes over it; all of `m` if it fits."""
-    rows = max(tile_rows, L2_BYTES // 2 // a_row_bytes // tile_rows * tile_rows)
-    return min(m, rows)
+    """Rows of A per block: whole register tiles keeping the block (`a_row_bytes` per row) within
+    half of L2, where it stays while every panel of B passes over it; all of `m` if it fits, else
+    near-equal blocks (no sliver block at the end)."""
+    limit = max(tile_rows, L2_BYTES // 2 // a_row_bytes // tile_rows * tile_rows)
+    per_block = -(-m // -(-m // limit))  # near-equal rows per block, for as few blocks as fit
+    return min(m, -(-per_block // tile_rows) * tile_rows)
 
 
 def _runs(total: int, step: int) -> list[tuple[int, int, int]]:
@@ -321,6 +423,8 @@ class TileShape:
     of the last vector inside C (a run-time mask, so ragged edges share the function; `ragged =
     False` tiles ignore it and load and store whole vectors).
     `accumulate` tiles compute `α·AB + β·C`; the others `α·AB` and never read C (it may hold NaN).
+    `packed` tiles read A as `[k][rows]` and B as `[k][vectors·W]` (packed micro-panels: constant
+    strides, the `a_row`, `a_col` and `ldb` arguments are ignored).
     """
 
     ty: ir.Type
@@ -329,12 +433,14 @@ class TileShape:
     vectors: int
     accumulate: bool
     ragged: bool = True  # the last vector may be partly outside C (masked loads and stores)
+    packed: bool = False  # A and B are packed micro-panels (constant strides)
 
     @property
     def name(self) -> str:
         """The function's symbol, e.g. `rlx.tile.f32.r6.v4`."""
         return (f"rlx.tile.{'f32' if self.ty == F32 else 'f64'}.r{self.rows}.v{self.vectors}"
-                + (".acc" if self.accumulate else "") + ("" if self.ragged else ".whole"))
+                + (".acc" if self.accumulate else "") + ("" if self.ragged else ".whole")
+                + (".packed" if self.packed else ""))
 
     def function(self, ctx: EmitContext) -> ir.Function:
         """The tile function in `ctx`'s module, defined on first use."""
@@ -356,11 +462,15 @@ class TileShape:
 
     def _body(self, ctx: EmitContext, a, b, c, a_row, a_col, ldb, ldc, k, tail, alpha, beta) -> None:
         bld, w, nv = ctx.b, self.w, self.vectors
+        if self.packed:
+            a_row, a_col, ldb = I64(1), I64(self.rows), I64(nv * w)
         vty = ir.VectorType(self.ty, w)
         last = bld.icmp_signed("<", lane_ids(w), splat(bld, tail, w))  # lanes of the last vector inside C
         masks = [None] * (nv - 1) + [last if self.ragged else None]
         fma = ctx.intrinsic(f"llvm.fma.{suffix(vty)}", vty, [vty, vty, vty])
         acc = [[entry_alloca(ctx, vty) for _ in range(nv)] for _ in range(self.rows)]
+        size = 4 if self.ty == F32 else 8
+        _prefetch_tile(ctx, c, bld.mul(ldc, I64(size)), self.rows, nv * w * size)
         for slot in (s for row in acc for s in row):
             bld.store(ir.Constant(vty, None), slot)
         with ctx.for_range(0, k, name="p") as p:
@@ -379,6 +489,17 @@ class TileShape:
                 if self.accumulate:
                     x = bld.fadd(x, bld.fmul(load_lanes(ctx, 0, self.ty, at, w, masks[v], base=c), vb))
                 store_lanes(ctx, 0, x, at, masks[v], base=c)
+
+
+def _prefetch_tile(ctx: EmitContext, c: ir.Value, ldc_bytes: ir.Value, rows: int, row_bytes: int) -> None:
+    """Prefetch (for writing) every cache line of a `rows × row_bytes` tile of C whose rows are
+    `ldc_bytes` apart: the lines arrive while the k loop runs, before the tile is loaded or stored."""
+    b = ctx.b
+    fn = ctx.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+    for r in range(rows):
+        for byte in sorted({0, row_bytes - 1} | set(range(64, row_bytes, 64))):
+            at = b.add(b.mul(I64(r), ldc_bytes), I64(byte))
+            b.call(fn, [b.gep(c, [at], source_etype=I8), I32(1), I32(3), I32(1)])  # may pass a ragged edge
 
 
 # ── packed half operands ─────────────────────────────────────────────────────

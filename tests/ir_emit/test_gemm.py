@@ -140,6 +140,16 @@ def k_block_cases(lay: Suite) -> list[tuple[str, object]]:
         ("packed fused 512x1030x1024", T.FusedMmBiasAct(
             a=lay.put(lay.normal(512, 1030)), w=lay.put(lay.normal(1030, 1024) * 0.03), bias=lay.put(lay.normal(1024)),
             c=lay.slot(512 * 1024 * 4), m=512, k=1030, n=1024, act=Activation.Gelu)),
+        # packed A micro-panels from a transposed A, a ragged last panel, f64, and a fused epilogue after
+        # the last of several k-blocks of one row block
+        ("packed sgemm_t 150x700x300 ta", T.SgemmT(a=lay.put(lay.normal(700, 150)), b=lay.put(lay.normal(700, 300)),
+                                                   c=lay.slot(150 * 300 * 4), m=150, k=700, n=300, ta=True, tb=False)),
+        ("packed dgemm 40x600x139", T.Dgemm(a=lay.put(lay.normal(40, 600, dtype=np.float64)),
+                                            b=lay.put(lay.normal(600, 139, dtype=np.float64)), c=lay.slot(40 * 139 * 8),
+                                            m=40, k=600, n=139)),
+        ("packed fused 64x700x256", T.FusedMmBiasAct(
+            a=lay.put(lay.normal(64, 700)), w=lay.put(lay.normal(700, 256) * 0.04), bias=lay.put(lay.normal(256)),
+            c=lay.slot(64 * 256 * 4), m=64, k=700, n=256, act=Activation.Silu)),
     ]
 
 
@@ -252,6 +262,13 @@ def test_large_ir_gemms_fork_rlx_threads(built: Outcome, mode: str) -> None:
     forks = {name: rlx_llvm.ir_emit.parallel.fork_symbol() in built.thunk_ir(name)
              for name in SUITE.names if name.startswith("parallel")}
     assert set(forks.values()) == {mode == "auto"}, forks
+
+
+def test_wide_gemms_read_packed_micro_panels(built: Outcome, mode: str) -> None:
+    """Once enough column panels reuse it (16 panels of 4 AVX-512 vectors here), A is packed into
+    register-tile micro-panels and the tiles read both operands packed (constant strides)."""
+    ir_text = built.thunk_ir("packed sgemm 520x600x1024")
+    assert ("rlx.pack_a.f32" in ir_text and ".packed" in ir_text) == (mode == "auto")
 
 
 def test_by_default_real_gemms_run_as_ir_tiles() -> None:
