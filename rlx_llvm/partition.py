@@ -56,13 +56,17 @@ class Parts:
     defined: frozenset[str]
 
 
-def split(ir_text: str, parts: int) -> Parts:
+def split(ir_text: str, parts: int, min_code_chars: int = 0) -> Parts:
     """`ir_text` as at most `parts` modules balanced by IR size (one, the text itself, when it cannot
-    or need not be split)."""
+    or need not be split: functions of fewer than `min_code_chars` characters in all — data, such as
+    a segment's table of rows, is cheap to compile)."""
+    if parts < 2:
+        return Parts([ir_text], frozenset())
     items = _items(ir_text)
     defs = {it.name: it for it in items if it.kind != "keep"}
     whole = Parts([ir_text], frozenset())
-    if parts < 2 or "\nmodule asm" in ir_text or any(_unsplittable(it) for it in defs.values()):
+    if sum(len(it.text) for it in defs.values() if it.kind == "define") < min_code_chars \
+            or "\nmodule asm" in ir_text or any(_unsplittable(it) for it in defs.values()):
         return whole
     noinline = _noinline_groups(items)
     for it in defs.values():

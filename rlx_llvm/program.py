@@ -85,14 +85,14 @@ def _tiering(requested: "bool | None", opt_level: int, ir_chars: int) -> bool:
 
 
 PARALLEL_IR_CHARS = 200_000
-"""Modules this large (IR text) compile in parts on the configured threads; below, a part costs
-less than ~0.3 s and splitting would not pay."""
+"""Modules with this much function text (IR) compile in parts on the configured threads; below, a
+part costs less than ~0.3 s and splitting would not pay."""
 
 
 def _split(ir_text: str) -> "Parts":
     """The module in parts for `jit.compile_parts`: one per configured thread once it is big enough."""
     from .kernels import pool
-    return split(ir_text, pool.get_threads() if len(ir_text) >= PARALLEL_IR_CHARS else 1)
+    return split(ir_text, pool.get_threads() if len(ir_text) >= PARALLEL_IR_CHARS else 1, PARALLEL_IR_CHARS)
 
 
 STREAM_PART_CHARS = 400_000
