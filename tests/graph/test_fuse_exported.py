@@ -126,6 +126,15 @@ def test_near_misses_stay_unfused_and_right(case):
     assert_close(got, want.astype(np.float32), rtol=1e-5, atol=1e-5, what=case)
 
 
+def test_more_keys_than_the_limit_stay_batched_gemms(monkeypatch):
+    from rlx_llvm.graph import fuse_exported
+    monkeypatch.setattr(fuse_exported, "ATTENTION_MAX_KEYS", S - 1)     # S keys: one too many
+    w, keep = weights(), keep_mask(False)
+    got, kinds, report = run(exported_graph(w), w, keep)
+    assert "Attention" not in kinds and kinds.count("BatchedSgemm") == 2, report
+    assert_close(got, exported_reference(w, keep, F32_MIN).astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
 def test_the_mask_arithmetic_no_attention_reads_is_dropped():
     w = weights()
     _, kinds, report = run(exported_graph(w), w, keep_mask(False))
