@@ -5,7 +5,9 @@
 * **Plans** (`warm_lookup`/`store_plan`) are keyed by `warm_key`: the schedule's JSON, a
   fingerprint of rlx_llvm's own sources, the host and the emitter switches read from the
   environment.  A hit skips validation, IR emission and LLVM altogether: the plan (segments,
-  symbols, paths, scratch size) and the object come from disk.
+  symbols, paths, scratch size) and the object come from disk.  Its per-thunk tables are runs
+  (`codegen.RunMap.runs`: `[start, stop, value]`) and its segments ranges (`[symbol, start, stop]`),
+  so a plan of 200 000 thunks sharing one body is a few lines; `PLAN_VERSION` names that format.
 """
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ import llvmlite
 
 from . import jit
 from .jit import ObjectCode, ObjectSet
+
+PLAN_VERSION = 2
+"""The warm-start plan's format: 2 = per-thunk tables as runs, segments as ranges (1: per-thunk dicts)."""
 
 
 class ObjectCache:
@@ -157,7 +162,7 @@ def warm_lookup(store: ObjectCache, schedule, opt_level: int) -> dict | None:
     """A stored plan whose object is present and loadable, with `code` and `key` added; else None."""
     key = warm_key(schedule, opt_level)
     meta = store.load_meta(key) if key else None
-    if meta is None or meta.get("n_thunks") != len(schedule.thunks):
+    if meta is None or meta.get("plan_version") != PLAN_VERSION or meta.get("n_thunks") != len(schedule.thunks):
         return None
     code = store.load_all(meta["object_key"]) if meta["object_key"] else None
     if meta["object_key"] and code is None:
@@ -172,4 +177,4 @@ def store_plan(store: ObjectCache, schedule, opt_level: int, plan: dict, source_
     """Remember a cold compile's plan under the schedule's warm key."""
     key = warm_key(schedule, opt_level)
     if key:
-        store.store_meta(key, plan, source_ir=source_ir)
+        store.store_meta(key, {"plan_version": PLAN_VERSION, **plan}, source_ir=source_ir)

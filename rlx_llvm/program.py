@@ -16,7 +16,7 @@ from . import cache as object_cache
 from . import custom_ops, jit, limits, registry
 from .arena import ALIGNMENT, Arena
 from .cache import ObjectCache
-from .codegen import FallbackStep, ModuleBuilder, NativeStep, plan
+from .codegen import FallbackStep, ModuleBuilder, NativeStep, RunMap, plan
 from .errors import ExecutionError, RlxError, ValidationError
 from .inspection import Report, ThunkReport, function_asm, function_ir
 from .partition import Parts, Streamed, split
@@ -237,35 +237,38 @@ class Program:
                                   for k, v in self._code.timings_ms.items()})
         if cache is not None:
             object_cache.store_plan(cache, self.schedule, self.opt_level, {
-                "n_thunks": len(self.schedule.thunks), "paths": self._paths,
+                "n_thunks": len(self.schedule.thunks), "paths": RunMap.of(self._paths).runs(),
                 "object_key": self._code.key if self._code else "",
-                "symbols": {str(i): name for i, name in self._symbols.items()},
-                "bodies": {str(i): name for i, name in self._bodies.items()},
+                "symbols": self._symbols.runs(), "bodies": self._bodies.runs(),
                 "nested": {str(i): rows for i, rows in self._nested.items()},
-                "segments": [[s.symbol, s.indices] for s in self._steps if isinstance(s, NativeStep)],
+                "segments": [[s.symbol, s.indices.start, s.indices.stop] for s in self._steps
+                             if isinstance(s, NativeStep)],
                 "scratch_bytes": self.scratch_bytes}, self._ir_text)
         self._warm = False
 
     def _start_warm(self, meta: dict, cache) -> None:
         """Warm path: the plan and the object come from the cache; emitters are not even imported."""
-        self._paths = meta["paths"]
-        self._symbols = {int(i): name for i, name in meta["symbols"].items()}
-        self._bodies = {int(i): name for i, name in meta.get("bodies", {}).items()}
+        self._paths = RunMap.from_runs(meta["paths"])  # per-thunk tables as runs (cache.PLAN_VERSION)
+        self._symbols = RunMap.from_runs(meta["symbols"])
+        self._bodies = RunMap.from_runs(meta["bodies"])
         self._nested = {int(i): rows for i, rows in meta.get("nested", {}).items()}
         self.scratch_bytes = meta["scratch_bytes"]
         self._emit_ms = {}
         self._code = meta["code"]
         self._source_ir_key = meta["key"]
         self._cache = cache
-        native = {i for _, idx in meta["segments"] for i in idx}
-        segments = {idx[0]: NativeStep(sym, list(idx)) for sym, idx in meta["segments"]}
+        segments = {start: NativeStep(sym, range(start, stop)) for sym, start, stop in meta["segments"]}
         steps: list = []
-        for i, t in enumerate(self.schedule.thunks):
+        i = 0
+        while i < len(self.schedule.thunks):
             if i in segments:
                 steps.append(segments[i])
-            elif i not in native:
+                i = segments[i].indices.stop
+            else:
+                t = self.schedule.thunks[i]
                 registry.load_all()
                 steps.append(FallbackStep(i, t, registry.LOWERINGS[type(t)].run))
+                i += 1
         self._steps = steps
         self._timings = {"warm start": 0.0}
         self._warm = True

@@ -70,7 +70,7 @@ SHARED_BODY_KINDS = frozenset({"Copy", "CopyF64", "CopyI64", "ElementwiseRegion"
 """Kinds audited for shared bodies (their lowerings share bodies whatever their decorator says): they
 reach the arena only through `ctx.addr`/`load`/`store`/`ArenaRef`, and look at an offset's value only
 to compare it for equality or overlap with another, or modulo a divisor of 64 (`ir_emit.shared_bodies`).
-Repeated, they cost a table row each (`codegen.TableRow`), not a function."""
+Repeated, they cost a table row each (`codegen.TableRows`), not a function."""
 
 
 def lowering(*classes: type[Thunk], path: str = "llvm", check: Callable | None = None, inplace: bool = False,

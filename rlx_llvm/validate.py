@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 from .errors import UnsupportedThunkError, ValidationError
-from .thunks.base import USIZE_MAX
+from .thunks.base import USIZE_MAX, _present
 
 
 def _overlap(a, b) -> bool:
     return a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
 
 
-def _check_absent_buffers(thunk) -> None:
+def _check_absent_buffers(raw) -> None:
     """`usize::MAX` means "no buffer": fine where the thunk would not touch it, an error otherwise."""
-    raw = (*getattr(thunk, "_reads", tuple)(), *getattr(thunk, "_writes", tuple)())
     for ext in raw:
         if ext.offset == USIZE_MAX and ext.nbytes > 0:
             raise ValidationError(f"is usize::MAX (no buffer) but the thunk needs {ext.nbytes} bytes there",
@@ -23,8 +22,9 @@ def validate_thunk(index: int, thunk, arena_bytes: int, lowering) -> None:
     kind = type(thunk).__name__
     try:
         thunk.check_fields()
-        _check_absent_buffers(thunk)
-        reads, writes = thunk.reads(), thunk.writes()
+        raw_reads, raw_writes = tuple(thunk._reads()), tuple(thunk._writes())  # walked once
+        _check_absent_buffers(raw_reads + raw_writes)
+        reads, writes = _present(raw_reads), _present(raw_writes)  # = thunk.reads(), thunk.writes()
         for ext in (*reads, *writes):
             if ext.offset < 0 or ext.offset + ext.nbytes > arena_bytes:
                 why = f" ({ext.field} holds {ext.layout})" if ext.layout else ""

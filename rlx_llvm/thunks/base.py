@@ -104,7 +104,7 @@ class Thunk:
             Thunk._registry.setdefault(cls.__name__, cls)  # the first class of a name keeps it
 
     def __post_init__(self) -> None:
-        for name, hint in _hints(type(self)).items():
+        for name, hint in _coercible(type(self)):
             value = getattr(self, name)
             fixed = _coerce(value, hint)
             if fixed is not value:
@@ -135,8 +135,11 @@ class Thunk:
 
     def check_fields(self) -> None:
         """Raise ValidationError if a field has the wrong Python type or leaves its Rust type's range."""
-        for name, hint in _hints(type(self), extras=True).items():
-            _check(getattr(self, name), hint, name, name, self.kind_name)
+        for name, bounds, hint in _field_checks(type(self)):
+            value = getattr(self, name)  # not `self.__dict__`: reading it makes CPython build a dict per thunk
+            if bounds is not None and type(value) is int and bounds[0] <= value <= bounds[1]:
+                continue  # the common case, without `_check`'s dispatch on the hint
+            _check(value, hint, name, name, self.kind_name)
 
     @property
     def kind_name(self) -> str:
@@ -153,10 +156,11 @@ class Thunk:
 
     def to_jsonable(self) -> Any:
         """serde's externally tagged form: `{"Sgemm": {"a": 0, …}}`, or `"Nop"` for a field-less thunk."""
-        names = [f.name for f in dataclasses.fields(self)]
+        names = _field_names(type(self))
         if not names:
             return self.kind_name
-        return {self.kind_name: {n: to_jsonable(getattr(self, n)) for n in names}}
+        values = [getattr(self, n) for n in names]
+        return {self.kind_name: {n: v if type(v) in _PLAIN else to_jsonable(v) for n, v in zip(names, values)}}
 
     @classmethod
     def from_jsonable(cls, data: Any) -> "Thunk":
@@ -176,7 +180,7 @@ class Thunk:
         if not isinstance(payload, dict):
             raise ValidationError(f"fields must be an object, got {_short(payload)}", kind=tag)
         hints = _hints(sub)
-        unknown = sorted(set(payload) - set(hints))
+        unknown = sorted(payload.keys() - hints.keys())
         if unknown:
             raise ValidationError(f"unknown field(s) {', '.join(map(repr, unknown))}", kind=tag, field=unknown[0])
         values = {}
@@ -211,7 +215,7 @@ class _Unary(Thunk):
 # ── helpers ──────────────────────────────────────────────────────────────────
 
 def _present(extents: Iterable[Extent]) -> tuple[Extent, ...]:
-    return tuple(e for e in extents if e.nbytes > 0 and e.offset != USIZE_MAX)
+    return tuple([e for e in extents if e.nbytes > 0 and e.offset != USIZE_MAX])
 
 
 def strided(count: int, stride: int, width: int) -> int:
@@ -235,6 +239,36 @@ def cdiv(a: int, b: int) -> int:
 def prod(values: Iterable[int]) -> int:
     """Product of the values (1 for none)."""
     return math.prod(values)
+
+
+_PLAIN = (int, float, str, bool, type(None))  # field values that are their own JSON form
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+@functools.cache
+def _field_checks(cls: type) -> tuple[tuple[str, "tuple[int, int] | None", Any], ...]:
+    """Per field: its name, the inclusive range of a plain Rust integer field (None for any other
+    field), and its hint for `_check`, in field order (so the first bad field is the one reported)."""
+    checks = []
+    for name, hint in _hints(cls, extras=True).items():
+        bare, meta = _split(hint)
+        rust = next((m for m in meta if isinstance(m, RustInt)), _PAYLOAD_INT) if bare is int else None
+        checks.append((name, None if rust is None else (rust.lo, rust.hi), hint))
+    return tuple(checks)
+
+
+@functools.cache
+def _coercible(cls: type) -> tuple[tuple[str, Any], ...]:
+    """The fields `_coerce` may rewrite (tuples, bytes and their optionals): plain fields need nothing."""
+    def may_change(hint: Any) -> bool:
+        bare = _split(hint)[0]
+        inner = _optional(bare)
+        return may_change(inner) if inner is not None else bare is bytes or typing.get_origin(bare) is tuple
+    return tuple((name, hint) for name, hint in _hints(cls).items() if may_change(hint))
 
 
 @functools.cache
@@ -398,6 +432,8 @@ def _check(value: Any, hint: Any, path: str, field: str, kind: str) -> None:
 
 def _decode(raw: Any, hint: Any, kind: str, field: str) -> Any:
     """One JSON field value as `hint`; ValidationError names the thunk kind and field."""
+    if hint is int and type(raw) is int:
+        return raw  # the common case: what `from_jsonable(int, raw)` returns, without its dispatch
     inner = _optional(hint)
     if inner is not None:  # decoded here: `from_jsonable` misses `X | None` (types.UnionType)
         if raw is None:
