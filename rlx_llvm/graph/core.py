@@ -221,6 +221,9 @@ class GraphCore:
     def constant(self, value: "np.ndarray | float | int | Sequence", dtype: "DType | str | None" = None) -> Value:
         """A constant tensor baked into the arena at compile time."""
         dt = parse_dtype(dtype, "constant") if dtype is not None else None
+        if dt == DType.BF16 and np.asarray(value).dtype != np.uint16:   # numbers, not bf16 bit patterns
+            from ..reference.halves import f32_to_bf16_bits
+            value = f32_to_bf16_bits(np.asarray(value, np.float32))
         data = np.asarray(value, dtype=dt.numpy if dt else None)
         if dt is None:
             dt = DType.F32 if data.dtype.kind == "f" else parse_dtype(data.dtype, "constant")

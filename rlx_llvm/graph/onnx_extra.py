@@ -3,6 +3,8 @@
     y = g.wide_binary("add", a, b)                        # i64 (or f64) math, NumPy broadcasting: BinaryFull / BinaryFullF64
     m = g.wide_compare("lt", a, b)                        # i64 comparison to bool, broadcasting: Compare
     y = g.wide_where(m, a, b)                             # select of 4- or 8-byte values: Where (operands expanded)
+    y = g.wide_activation("exp", x)                       # f64 exp, log, sqrt, abs … (no gelu/silu): ActivationF64
+    y = g.wide_sum(x, axes, keep_dim)                     # f64 sum: one ReduceSumF64 per contiguous run of axes
     y = g.gather_elements(x, idx, axis)                   # take_along_axis: GatherElements (any dtype)
     y = g.gather_nd(x, idx, batch_dims=0)                 # ONNX GatherND on 4-byte data: GatherNd
     y = g.scatter_elements(x, idx, upd, axis, "add")      # ONNX ScatterElements on f32: ScatterElements
@@ -16,12 +18,13 @@ from __future__ import annotations
 
 from .. import thunks as T
 from ..dtypes import DType
-from ..ops import BinaryOp, ScatterNdReduction
-from .elementwise import COMPARE_OPS
+from ..ops import Activation, BinaryOp, ScatterNdReduction
+from .elementwise import ACTIVATIONS, COMPARE_OPS, _choice, copy_into
 from .core import GraphError, Node, Value, broadcast, numel
 from .elementwise import bcast_strides
 from .lower import LowerContext
 from .opset import infers, lowers
+from .reductions import _runs
 
 WIDE_OPS = {"add": BinaryOp.Add, "sub": BinaryOp.Sub, "mul": BinaryOp.Mul, "div": BinaryOp.Div, "max": BinaryOp.Max,
             "min": BinaryOp.Min, "pow": BinaryOp.Pow, "mod": BinaryOp.Mod, "bitand": BinaryOp.BitAnd,
@@ -40,6 +43,14 @@ class OnnxExtraOps:
         if op not in WIDE_OPS:
             raise GraphError(f"wide_binary: unknown op {op!r} (choose one of {', '.join(WIDE_OPS)})")
         return self.add_node("wide_binary", (a, b), {"op": WIDE_OPS[op]})
+
+    def wide_activation(self, kind: str, x: Value) -> Value:
+        """`kind(x)` on f64 `x` (every activation but gelu, gelu_approx and silu)."""
+        return self.add_node("wide_activation", (x,), {"act": _choice(ACTIVATIONS, kind, "wide_activation")})
+
+    def wide_sum(self, x: Value, axes: "tuple[int, ...]", keep_dim: bool) -> Value:
+        """Sum of f64 `x` over `axes` (sorted, non-negative)."""
+        return self.add_node("wide_sum", (x,), {"axes": tuple(sorted(axes)), "keep_dim": bool(keep_dim)})
 
     def wide_compare(self, op: str, a: Value, b: Value) -> Value:
         """`a op b` (eq ne lt le gt ge) on i64 operands as bool, NumPy broadcasting."""
@@ -115,6 +126,49 @@ def lower_wide_binary(ctx: LowerContext, node: Node) -> None:
     else:
         ctx.emit(lambda at: T.BinaryFullF64(lhs=at(ia), rhs=at(ib), dst=at(node.id), **geometry),
                  reads=[ia, ib], writes=[node.id])
+
+
+@infers("wide_activation")
+def _infer_wide_activation(ins: list[Node], attrs: dict) -> tuple:
+    if ins[0].dtype != DType.F64 or attrs["act"] in (Activation.Gelu, Activation.GeluApprox, Activation.Silu):
+        raise GraphError(f"wide_activation {attrs['act'].name.lower()}: lowered for f64 (not gelu/silu), "
+                         f"got {ins[0].dtype.value}")
+    return ins[0].shape, DType.F64
+
+
+@lowers("wide_activation")
+def lower_wide_activation(ctx: LowerContext, node: Node) -> None:
+    """One ActivationF64."""
+    i = node.inputs[0]
+    ctx.emit(lambda at: T.ActivationF64(src=at(i), dst=at(node.id), len=numel(node.shape), kind=node.attrs["act"]),
+             reads=[i], writes=[node.id])
+
+
+@infers("wide_sum")
+def _infer_wide_sum(ins: list[Node], attrs: dict) -> tuple:
+    x, axes = ins[0], attrs["axes"]
+    if x.dtype != DType.F64:
+        raise GraphError(f"wide_sum: lowered for f64, got {x.dtype.value}")
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if attrs["keep_dim"] else \
+        tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return shape, DType.F64
+
+
+@lowers("wide_sum")
+def lower_wide_sum(ctx: LowerContext, node: Node) -> None:
+    """One ReduceSumF64 per contiguous run of axes (innermost first), through scratch between them."""
+    x = ctx.node(node.inputs[0])
+    shape, src, runs = list(x.shape), node.inputs[0], _runs(node.attrs["axes"])
+    if not runs:
+        copy_into(ctx, src, node.id, numel(shape) * 8)
+        return
+    for k, (lo, hi) in enumerate(reversed(runs)):
+        outer, reduced, inner = numel(shape[:lo]), numel(shape[lo:hi]), numel(shape[hi:])
+        dst = node.id if k == len(runs) - 1 else ctx.scratch(outer * inner * 8, "partial f64 sum")
+        ctx.emit(lambda at, s=src, d=dst, o=outer, r=reduced, i=inner: T.ReduceSumF64(
+            src=at(s), dst=at(d), outer=o, reduced=r, inner=i), reads=[src], writes=[dst])
+        shape[lo:hi] = [1] * (hi - lo)
+        src = dst
 
 
 @infers("wide_compare")

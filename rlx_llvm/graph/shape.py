@@ -151,13 +151,19 @@ def _infer_concat(ins: list[Node], attrs: dict) -> tuple:
 
 @lowers("concat")
 def lower_concat(ctx: LowerContext, node: Node) -> None:
-    """Concat (4-byte elements) or ConcatF64 (8-byte)."""
+    """Concat (4-byte elements), ConcatF64 (8-byte), or one strided Narrow copy per input (1/2-byte)."""
     axis = node.attrs["axis"] % len(node.shape)
     outer, inner = numel(node.shape[:axis]), numel(node.shape[axis + 1:])
     kind = {4: T.Concat, 8: T.ConcatF64}.get(node.dtype.itemsize)
-    if kind is None:
-        raise GraphError(f"%{node.id} concat: lowered for 4- and 8-byte dtypes, not {node.dtype.value}")
     parts = [(i, ctx.node(i).shape[axis], numel(ctx.node(i).shape)) for i in node.inputs]
+    if kind is None:
+        eb, total, start = node.dtype.itemsize, node.shape[axis], 0
+        for i, ext, _ in parts:
+            ctx.emit(lambda at, i=i, ext=ext, start=start: T.Narrow(
+                src=at(i), dst=at(node.id) + start * inner * eb, outer=outer, src_stride=ext * inner,
+                dst_stride=total * inner, inner=ext * inner, elem_bytes=eb), reads=[i], writes=[node.id])
+            start += ext
+        return
     ctx.emit(lambda at: kind(dst=at(node.id), outer=outer, inner=inner, total_axis=node.shape[axis],
                              inputs=tuple((at(i), ext, n) for i, ext, n in parts)),
              reads=list(node.inputs), writes=[node.id])

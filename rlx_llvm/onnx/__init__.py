@@ -19,7 +19,7 @@ from ..graph import CompiledGraph, Graph, Session
 from . import ops_index, ops_loss, ops_math, ops_nn, ops_shape, ops_rnn, ops_contrib  # noqa: F401  (register converters)
 from . import ops_quant, ops_signal, ops_attention  # noqa: F401
 from . import ops_models  # noqa: F401  (If on a constant condition, IsNaN, model and feed checks)
-from .importer import CONVERTERS, OnnxImportError, Unsupported, converts, load
+from .importer import CONVERTERS, OnnxImportError, Unsupported, as_bf16, converts, load
 
 
 class OnnxModel:
@@ -50,8 +50,10 @@ class OnnxModel:
         missing = [n for n in self.input_names if n not in arrays]
         if missing:
             raise OnnxImportError([f"run: missing input {n!r}" for n in missing])
-        return self.compiled({n: arrays[n].shape for n in self.input_names}).run(
-            {n: arrays[n] for n in self.input_names})
+        compiled = self.compiled({n: arrays[n].shape for n in self.input_names})
+        outs = compiled.run({n: arrays[n] for n in self.input_names})
+        g = compiled.graph
+        return [as_bf16(np.asarray(y), g.nodes[i].dtype) for y, i in zip(outs, g.outputs)]
 
 
 def run(model: "str | Any", feeds: Mapping[str, Any]) -> list[np.ndarray]:

@@ -18,8 +18,10 @@ fails with one `OnnxImportError` listing every such node.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from ..dtypes import DType
@@ -138,6 +140,7 @@ class Convert:
         if name not in self._as_tensor:
             arr = np.asarray(v)
             dt = dtype_of_numpy(arr.dtype, name)
+            arr = bf16_bits(arr)
             if name in self.initializers and arr.size >= PARAM_MIN:
                 self._as_tensor[name] = self.g.param(_param_name(self.g, name), arr.shape, dt, value=arr)
             else:
@@ -234,6 +237,34 @@ FOLD_ONLY = {"Shape", "Size", "ConstantOfShape", "Range", "Constant", "NonZero",
 NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
+HALVES = (DType.F16, DType.BF16)
+
+
+def in_f32(fn: Converter) -> Converter:
+    """Converter `fn` for f16/bf16 operands: they are widened to f32, the op is computed in f32 and each
+    f32 result is rounded back to the operands' half type once (RLX's half-precision math)."""
+    @functools.wraps(fn)
+    def convert(cx: Convert, node) -> "Sequence[Value | np.ndarray | None]":
+        halves = {i: cx.env[i] for i in node.input if i and _half_dtype(cx.env[i]) is not None}
+        if not halves:
+            return fn(cx, node)
+        half = _half_dtype(next(iter(halves.values())))
+        for name in halves:
+            cx.env[name] = cx.g.cast(cx.tensor(name), DType.F32)
+        try:
+            outs = fn(cx, node)
+        finally:
+            cx.env.update(halves)
+        return [cx.g.cast(o, half) if isinstance(o, Value) and o.dtype == DType.F32 else o for o in outs]
+    return convert
+
+
+def _half_dtype(v: "Value | np.ndarray") -> DType | None:
+    """F16 / BF16 for a half-precision value or constant, else None."""
+    dt = v.dtype if isinstance(v, Value) else _NUMPY_TO_DTYPE.get(np.asarray(v).dtype)
+    return dt if dt in HALVES else None
+
+
 def _key(node) -> tuple[str, str]:
     return ("" if node.domain in ("", "ai.onnx") else node.domain, node.op_type)
 
@@ -249,7 +280,17 @@ _NUMPY_TO_DTYPE = {np.dtype(np.float32): DType.F32, np.dtype(np.float64): DType.
                    np.dtype(np.float16): DType.F16, np.dtype(np.int8): DType.I8, np.dtype(np.uint8): DType.U8,
                    np.dtype(np.int16): DType.I16, np.dtype(np.int32): DType.I32, np.dtype(np.int64): DType.I64,
                    np.dtype(np.uint32): DType.U32, np.dtype(np.bool_): DType.Bool,
-                   np.dtype(np.complex64): DType.C64}
+                   np.dtype(np.complex64): DType.C64, np.dtype(ml_dtypes.bfloat16): DType.BF16}
+
+
+def bf16_bits(arr: np.ndarray) -> np.ndarray:
+    """A bfloat16 array as the uint16 bit pattern RLX stores (other arrays unchanged)."""
+    return arr.view(np.uint16) if arr.dtype == ml_dtypes.bfloat16 else arr
+
+
+def as_bf16(arr: np.ndarray, dt: DType) -> np.ndarray:
+    """A value RLX computed as `dt`: bf16 bits viewed as ml_dtypes.bfloat16 (what ONNX returns)."""
+    return arr.view(ml_dtypes.bfloat16) if dt == DType.BF16 and arr.dtype == np.uint16 else arr
 
 
 def dtype_of_numpy(dt: np.dtype, where: str) -> DType:

@@ -14,8 +14,8 @@ import numpy as np
 
 from ..dtypes import DType
 from ..graph import Value
-from .importer import Convert, Unsupported, converts
-from .ops_math import INTEGERS, _float, arithmetic
+from .importer import Convert, Unsupported, converts, in_f32
+from .ops_math import INTEGERS, _as_i64, _float, arithmetic
 
 
 # ── logic ───────────────────────────────────────────────────────────────────
@@ -45,6 +45,8 @@ def _logic(cx: Convert, node) -> list:
 def _mod(cx: Convert, node) -> list:
     g = cx.g
     a, b = cx.tensor(node.input[0]), cx.tensor(node.input[1])
+    if a.dtype == DType.F64 and not int(cx.attr(node, "fmod", 0)):
+        return [_floored_f64(cx, a, b)]
     if not a.dtype.is_float or a.dtype == DType.F64:
         if not int(cx.attr(node, "fmod", 0)):     # Python's sign rule from C's remainder: ((a % b) + b) % b
             return [arithmetic(cx, "mod", arithmetic(cx, "add", arithmetic(cx, "mod", a, b), b), b)]
@@ -59,6 +61,16 @@ def _mod(cx: Convert, node) -> list:
     same_sign = g.where_(g.compare("ge", g.activation("sign", a) * g.activation("sign", b), zero), a, b)
     finite_a = g.where_(g.compare("lt", g.activation("abs", a), inf), same_sign, floored)
     return [g.where_(g.compare("eq", g.activation("abs", b), inf), finite_a, floored)]
+
+
+def _floored_f64(cx: Convert, a: Value, b: Value) -> Value:
+    """Python's `a mod b` of f64: C's remainder r, plus b where r and b have opposite signs (exact, and
+    right for b = ±inf: NumPy's 3 mod −inf = −inf)."""
+    g = cx.g
+    r = arithmetic(cx, "mod", a, b)
+    sign = lambda v: g.cast(g.wide_activation("sign", v), DType.F32)  # noqa: E731
+    opposite = g.compare("lt", sign(r) * sign(b), g.constant(0.0))
+    return g.wide_where(opposite, arithmetic(cx, "add", r, b), r)
 
 
 # ── arg reductions, top-k, cumulative sums ──────────────────────────────────
@@ -86,12 +98,16 @@ def _move_last(cx: Convert, x: Value, axis: int) -> tuple[Value, list[int] | Non
 @converts("TopK")
 def _topk(cx: Convert, node) -> list:
     g = cx.g
-    x0 = _float(cx, node)
+    x0 = cx.tensor(node.input[0])
     k = int(cx.need_const(node, 1, "K").reshape(-1)[0])
     if not int(cx.attr(node, "sorted", 1)):
         raise Unsupported("sorted=0")
     largest = bool(cx.attr(node, "largest", 1))
     x, back = _move_last(cx, x0, int(cx.attr(node, "axis", -1)) % x0.ndim)
+    if x.dtype in INTEGERS:
+        values, idx = _ranked_topk(cx, x, k, largest)
+        return [values, idx] if not back else [g.transpose(values, back), g.transpose(idx, back)]
+    _float(cx, node)
     idx = g.topk(x if largest else -x, k)
     n = x.shape[-1]
     # values: take_along_axis as a select of x by the one-hot of each index (sums exact zeros)
@@ -103,11 +119,32 @@ def _topk(cx: Convert, node) -> list:
     return [values, idx]
 
 
+def _ranked_topk(cx: Convert, x: Value, k: int, largest: bool) -> tuple[Value, Value]:
+    """TopK along the last axis of integer `x`, exactly: each element's rank is the count of
+    elements that come before it (larger — or smaller — or equal at a smaller index); the element of
+    rank r is output r.  Values are gathered by the indices, so they are `x`'s own."""
+    g, n = cx.g, x.shape[-1]
+    xi, xj = g.reshape(x, [*x.shape[:-1], n, 1]), g.reshape(x, [*x.shape[:-1], 1, n])
+    beats = g.wide_compare("gt" if largest else "lt", *(_as_i64(cx, v) for v in (xj, xi)))
+    ties = g.wide_compare("eq", *(_as_i64(cx, v) for v in (xj, xi)))
+    earlier = g.constant(np.tri(n, n, -1, dtype=np.float32))           # [i, j]: j < i
+    rank = g.reduce(g.cast(beats, "f32") + g.cast(ties, "f32") * earlier, "sum", (x.ndim,))
+    hot = g.compare("eq", g.reshape(rank, [*x.shape[:-1], 1, n]),
+                    g.constant(np.arange(k, dtype=np.float32).reshape(k, 1)))
+    where = g.reduce(g.where_(hot, g.constant(np.arange(n, dtype=np.float32)), g.constant(0.0)), "sum", (x.ndim,))
+    idx = g.cast(where, DType.I64)
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+    offsets = g.constant((np.arange(rows, dtype=np.int64) * n).reshape(*x.shape[:-1], 1), DType.I64)
+    flat = g.wide_binary("add", idx, offsets)
+    return g.gather(g.reshape(x, [rows * n]), flat, 0), idx
+
+
 def _flip(cx: Convert, x: Value, axis: int) -> Value:
     return cx.g.gather(x, cx.g.constant(np.arange(x.shape[axis] - 1, -1, -1, dtype=np.int64)), axis)
 
 
 @converts("CumSum")
+@in_f32
 def _cumsum(cx: Convert, node) -> list:
     x = cx.tensor(node.input[0])
     axis = int(cx.need_const(node, 1, "axis").reshape(-1)[0]) % x.ndim
@@ -221,8 +258,6 @@ def _pad_constant(cx: Convert, x: Value, axis: int, b: int, e: int, value: Value
 def _resize(cx: Convert, node) -> list:
     g = cx.g
     x = _float(cx, node)
-    if cx.attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
-        raise Unsupported("keep_aspect_ratio_policy other than stretch")
     opset10 = cx.opset.get("", 13) < 11
     roi = None if opset10 or not cx.has(node, 1) else cx.need_const(node, 1, "roi").astype(np.float64)
     scales = cx.need_const(node, 1 if opset10 else 2, "scales") if cx.has(node, 1 if opset10 else 2) else None
@@ -230,34 +265,68 @@ def _resize(cx: Convert, node) -> list:
     if scales is not None and scales.size == 0:
         scales = None
     axes = [int(a) % x.ndim for a in cx.attr(node, "axes", range(x.ndim))]
-    if roi is not None and roi.size and cx.attr(node, "coordinate_transformation_mode") == "tf_crop_and_resize" \
-            and float(cx.attr(node, "extrapolation_value", 0.0)) != 0.0:
-        raise Unsupported("tf_crop_and_resize with a non-zero extrapolation_value")
+    fill = float(cx.attr(node, "extrapolation_value", 0.0)) \
+        if cx.attr(node, "coordinate_transformation_mode") == "tf_crop_and_resize" else 0.0
+    outside: dict[int, np.ndarray] = {}     # axis → its output positions that extrapolate (when fill ≠ 0)
+    policy, binding, given = cx.attr(node, "keep_aspect_ratio_policy", "stretch"), None, sizes
+    if policy != "stretch" and sizes is not None:
+        sizes, binding = _kept_aspect(x, axes, sizes, policy)
     y = x
     for j, axis in enumerate(axes):
         n_in = x.shape[axis]
         scale = float(scales[j]) if scales is not None else None
         n_out = int(sizes[j]) if sizes is not None else int(np.floor(n_in * scale))
         r = (roi[j], roi[len(axes) + j]) if roi is not None and roi.size else None
-        if scale == 1.0 and r is None or (scale is None and n_out == n_in and r is None):
+        lead = (*binding, int(given[j])) if binding and binding[0] * n_out != binding[1] * n_in else None
+        if (scale == 1.0 and r is None or (scale is None and n_out == n_in and r is None)) and lead is None:
             continue
-        m = _interpolation(cx, node, n_in, n_out, scale, r)
+        m = _interpolation(cx, node, n_in, n_out, scale, r, lead)
+        if fill:
+            outside[axis] = (_interpolation(cx, node, n_in, n_out, scale, r, lead, extrapolation=1.0) != m).any(0)
         moved, back = _move_last(cx, y, axis)
         lead = moved.shape[:-1]
         out = g.reshape(g.matmul(g.reshape(moved, [-1, n_in]), g.constant(m)), [*lead, n_out])
         y = g.transpose(out, back) if back else out
+    if outside:
+        mask = np.zeros(y.shape, bool)
+        for axis, cols in outside.items():
+            mask |= cols.reshape([-1 if a == axis else 1 for a in range(y.ndim)])
+        y = g.where_(g.constant(mask, DType.Bool), g.constant(fill), y)
     return [y]
 
 
+def _kept_aspect(x: Value, axes: list[int], sizes: np.ndarray, policy: str) -> tuple[list[int], tuple[int, int]]:
+    """keep_aspect_ratio_policy: the output sizes (one scale, the least or the largest of sizes / input, on
+    every axis; sizes round half up) and the binding axis' `(input, size)` in lowest terms."""
+    import math
+    ratios = [int(n) / x.shape[a] for n, a in zip(sizes, axes)]
+    k = int(np.argmin(ratios) if policy == "not_larger" else np.argmax(ratios))
+    q, p = x.shape[axes[k]], int(sizes[k])
+    d = math.gcd(q, p) or 1
+    return [int(ratios[k] * x.shape[a] + 0.5) for a in axes], (q // d, p // d)
+
+
 def _interpolation(cx: Convert, node, n_in: int, n_out: int, scale: float | None,
-                   roi: tuple[float, float] | None) -> np.ndarray:
-    """The `[n_in, n_out]` matrix of ONNX's Resize along one axis (its reference run on an identity)."""
+                   roi: tuple[float, float] | None, lead: tuple[int, int, int] | None = None,
+                   extrapolation: float = 0.0) -> np.ndarray:
+    """The `[n_in, n_out]` matrix of ONNX's Resize along one axis (its reference run on an identity).  With
+    `lead = (q, p, size)` (keep_aspect_ratio_policy bound by another axis) the identity, asked for `size`,
+    rides behind a length-q axis of ones asked for p, so the reference picks the same p / q scale for it."""
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "axes"}
+    if attrs.get("coordinate_transformation_mode") in ("tf_crop_and_resize", b"tf_crop_and_resize"):
+        attrs["extrapolation_value"] = extrapolation
+    if lead is None:
+        attrs.pop("keep_aspect_ratio_policy", None)
     opset = cx.opset.get("", 13)
     feeds = {"X": np.eye(n_in, dtype=np.float32)}
-    if opset < 11:
+    if lead is not None:
+        q, p, size = lead
+        names, attrs["axes"] = ["X", "", "", "sizes"], [0, 2]
+        feeds.update(X=np.ascontiguousarray(np.broadcast_to(feeds["X"], (q, n_in, n_in))),
+                     sizes=np.array([p, size], np.int64))
+    elif opset < 11:
         names = ["X", "scales"]
         feeds["scales"] = np.array([1.0, scale], np.float32)
     else:
@@ -270,10 +339,11 @@ def _interpolation(cx: Convert, node, n_in: int, n_out: int, scale: float | None
             names = names[:3]
     model = helper.make_model(
         helper.make_graph([helper.make_node("Resize", names, ["Y"], **attrs)], "resize_axis",
-                          [helper.make_tensor_value_info(n, 0, None) for n in names],
+                          [helper.make_tensor_value_info(n, 0, None) for n in names if n],
                           [helper.make_tensor_value_info("Y", 0, None)]),
         opset_imports=[helper.make_opsetid("", opset)])
-    m, = ReferenceEvaluator(model).run(None, {n: feeds[n] for n in names})
+    m, = ReferenceEvaluator(model).run(None, {n: feeds[n] for n in names if n})
+    m = m[0] if lead is not None else m
     if m.shape != (n_in, n_out):
         raise Unsupported(f"resize of {n_in} to {n_out} gave an interpolation matrix of shape {list(m.shape)}")
     return np.ascontiguousarray(m, np.float32)

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..dtypes import DType
 from ..graph import Value
-from .importer import Convert, Unsupported, converts
+from .importer import Convert, Unsupported, converts, in_f32
 
 BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
 UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
@@ -92,7 +92,10 @@ def _variadic(cx: Convert, node) -> list:
 
 @converts(*UNARY)
 def _unary(cx: Convert, node) -> list:
-    return [cx.g.activation(UNARY[node.op_type], _float(cx, node))]
+    x = _float(cx, node)
+    if x.dtype == DType.F64:
+        return [cx.g.wide_activation(UNARY[node.op_type], x)]
+    return [cx.g.activation(UNARY[node.op_type], x)]
 
 
 @converts("Round")
@@ -253,6 +256,7 @@ def _where(cx: Convert, node) -> list:
 # ── products ───────────────────────────────────────────────────────────────
 
 @converts("MatMul")
+@in_f32
 def _matmul(cx: Convert, node) -> list:
     a, b = _float(cx, node, 0), _float(cx, node, 1)
     g = cx.g
@@ -277,6 +281,7 @@ def _broadcast_batches(g, a: Value, b: Value) -> tuple[Value, Value]:
 
 
 @converts("Gemm")
+@in_f32
 def _gemm(cx: Convert, node) -> list:
     g = cx.g
     a, b = _float(cx, node, 0), _float(cx, node, 1)
@@ -306,10 +311,35 @@ def _axes(cx: Convert, node, rank: int) -> tuple[int, ...] | None:
     return tuple(a % rank for a in axes)
 
 
+def _reduce_f64(cx: Convert, op: str, x: Value, axes: tuple[int, ...], keep: bool) -> Value:
+    """The sum-based reductions of f64 `x` in f64 (ReduceMax/Min/Prod of f64 are not lowered).  LogSumExp
+    shifts by the f32 max (any shift near the max is exact algebra; x − m stays f64)."""
+    g = cx.g
+    f64 = lambda v: g.constant(np.asarray(v, np.float64), DType.F64)  # noqa: E731
+    if op == "ReduceLogSumExp":
+        m = g.cast(g.reduce(g.cast(x, DType.F32), "max", axes, True), DType.F64)
+        m = g.wide_where(g.compare("lt", g.activation("abs", g.cast(m, DType.F32)), g.constant(float("inf"))),
+                         m, f64(0.0))
+        s = g.wide_sum(g.wide_activation("exp", g.wide_binary("sub", x, m)), axes, True)
+        out = g.wide_binary("add", g.wide_activation("log", s), m)
+        return out if keep else g.reshape(out, [d for i, d in enumerate(out.shape) if i not in axes])
+    terms = {"ReduceSum": x, "ReduceMean": x, "ReduceLogSum": x, "ReduceSumSquare": g.wide_binary("mul", x, x),
+             "ReduceL2": g.wide_binary("mul", x, x), "ReduceL1": None}
+    if op not in terms:
+        raise Unsupported(f"{op} of f64 (f64 sums are lowered: Sum, Mean, SumSquare, L1, L2, LogSum, LogSumExp)")
+    s = g.wide_sum(terms[op] if op != "ReduceL1" else g.wide_activation("abs", x), axes, keep)
+    if op == "ReduceMean":
+        return g.wide_binary("mul", s, f64(1.0 / int(np.prod([x.shape[a] for a in axes]))))
+    if op in ("ReduceL2", "ReduceLogSum"):
+        return g.wide_activation("sqrt" if op == "ReduceL2" else "log", s)
+    return s
+
+
 REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod"}
 
 
 @converts(*REDUCE, "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
+@in_f32
 def _reduce(cx: Convert, node) -> list:
     g = cx.g
     x = cx.tensor(node.input[0])
@@ -321,6 +351,8 @@ def _reduce(cx: Convert, node) -> list:
     if x.dtype == DType.Bool and op in ("ReduceMax", "ReduceMin"):     # any / all, exact on 0/1 in f32
         return [_any_all(cx, x, op == "ReduceMin", axes, keep)]
     x = _float(cx, node)
+    if x.dtype == DType.F64:
+        return [_reduce_f64(cx, op, x, axes or tuple(range(x.ndim)), keep)]
     if op in REDUCE:
         return [g.reduce(x, REDUCE[op], axes, keep)]
     if op == "ReduceSumSquare":
@@ -356,6 +388,7 @@ def _softmax_axis(cx: Convert, node, x: Value) -> tuple[Value, int, tuple | None
 
 
 @converts("Softmax", "LogSoftmax")
+@in_f32
 def _softmax(cx: Convert, node) -> list:
     x0 = _float(cx, node)
     x, axis, restore = _softmax_axis(cx, node, x0)
@@ -403,6 +436,7 @@ def _vector(cx: Convert, v: Value, h: int) -> Value:
 
 
 @converts("Einsum")
+@in_f32
 def _einsum(cx: Convert, node) -> list:
     """Each operand laid out over all the equation's letters (broadcast 1s), multiplied, summed over the
     letters the output drops — simple and O(all dims); repeated letters in one operand are refused."""

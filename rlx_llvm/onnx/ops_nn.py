@@ -15,7 +15,7 @@ import numpy as np
 
 from ..dtypes import DType
 from ..graph import Value
-from .importer import Convert, Unsupported, converts
+from .importer import Convert, Unsupported, converts, in_f32
 from .ops_math import _float
 
 
@@ -100,6 +100,7 @@ def _operands(cx: Convert, node) -> tuple[Value, Value, Value, Value, bool]:
 
 
 @converts("Conv")
+@in_f32
 def _conv(cx: Convert, node) -> list:
     g = cx.g
     x0, w0, x, w, one_d = _operands(cx, node)
@@ -118,10 +119,10 @@ def _conv(cx: Convert, node) -> list:
 
 
 @converts("ConvTranspose")
+@in_f32
 def _conv_transpose(cx: Convert, node) -> list:
-    from ..graph.backward import conv2d_backward
     g = cx.g
-    x0, w0, x, w, one_d = _operands(cx, node)
+    x0, w0 = _float(cx, node, 0), _baked(cx, node, 1)
     n_sp = x0.ndim - 2
     kernel = list(cx.attr(node, "kernel_shape", w0.shape[2:]))
     strides = list(cx.attr(node, "strides", [1] * n_sp))
@@ -143,16 +144,45 @@ def _conv_transpose(cx: Convert, node) -> list:
         pads = list(zip(flat[:n_sp], flat[n_sp:]))
     group = int(cx.attr(node, "group", 1))
     c_out = w0.shape[1] * group
-    full2 = [1, *full] if one_d else full
-    like = g.constant(np.zeros((x.shape[0], c_out, *full2), np.float32))
-    conv = {"stride": _pair(strides, one_d, 1), "padding": (0, 0), "dilation": _pair(dil, one_d, 1), "groups": group}
-    y = conv2d_backward(g, "input", x, w, like, conv)
-    for axis, ((b, e), f) in enumerate(zip(pads, full), start=4 - n_sp):
+    if n_sp == 3:
+        y = _transposed_3d(g, x0, w0, strides, dil, full, group)
+    else:
+        (x, one_d), (w, _) = _as_2d(cx, x0, node.op_type), _as_2d(cx, w0, node.op_type)
+        y = _transposed_nchw(g, x, w, _pair(strides, one_d, 1), _pair(dil, one_d, 1), [1, *full] if one_d else full,
+                             group)
+    for axis, ((b, e), f) in enumerate(zip(pads, full), start=y.ndim - n_sp):
         if b or e:
             y = g.narrow(y, axis, b, f - b - e)
     if cx.has(node, 2):
-        y = y + g.reshape(_float(cx, node, 2), [c_out, 1, 1])
-    return [g.reshape(y, [*y.shape[:2], y.shape[3]]) if one_d else y]
+        y = y + g.reshape(_float(cx, node, 2), [c_out] + [1] * (y.ndim - 2))
+    return [g.reshape(y, [*y.shape[:2], y.shape[3]]) if n_sp == 1 else y]
+
+
+def _transposed_nchw(g, x: Value, w: Value, strides, dil, full: list[int], group: int) -> Value:
+    """ConvTranspose of NCHW `x` by `[c_in, c_out / group, kh, kw]` `w` to the unpadded `full` size (the
+    input-gradient of a convolution)."""
+    from ..graph.backward import conv2d_backward
+    like = g.constant(np.zeros((x.shape[0], w.shape[1] * group, *full), np.float32))
+    conv = {"stride": tuple(strides), "padding": (0, 0), "dilation": tuple(dil), "groups": group}
+    return conv2d_backward(g, "input", x, w, like, conv)
+
+
+def _transposed_3d(g, x: Value, w: Value, strides, dil, full: list[int], group: int) -> Value:
+    """3-D ConvTranspose from 2-D ones: depth slices ride in the batch, one 2-D transpose per kernel depth kd,
+    and a 0/1 placement matrix sums slice i of tap kd into output depth i·stride + kd·dilation."""
+    n, _, depth = x.shape[:3]
+    taps = w.shape[2]
+    x2 = g.reshape(g.transpose(x, [0, 2, 1, 3, 4]), [n * depth, x.shape[1], *x.shape[3:]])
+    slabs = []
+    for kd in range(taps):
+        wk = g.reshape(g.narrow(w, 2, kd, 1), [w.shape[0], w.shape[1], *w.shape[3:]])
+        slabs.append(g.reshape(_transposed_nchw(g, x2, wk, strides[1:], dil[1:], full[1:], group), [n, depth, -1]))
+    place = np.zeros((full[0], taps * depth), np.float32)
+    for kd in range(taps):
+        place[np.arange(depth) * strides[0] + kd * dil[0], kd * depth + np.arange(depth)] = 1.0
+    y = g.matmul(g.constant(np.broadcast_to(place, (n, *place.shape)).copy()), g.concat(slabs, 1))
+    c_out = w.shape[1] * group
+    return g.transpose(g.reshape(y, [n, full[0], c_out, *full[1:]]), [0, 2, 1, 3, 4])
 
 
 # ── pooling ─────────────────────────────────────────────────────────────────

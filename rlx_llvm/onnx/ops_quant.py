@@ -2,8 +2,9 @@
 MatMulInteger, QLinearMatMul — bit-exact against onnx.reference (ties round to even, as ONNX).
 
 Quantizing runs on `Graph.quantize` / `requantize` / `integer_matmul` (graph/quant.py), not on RLX's
-`Quantize` / `QMatMul` thunks, whose rounding is half away from zero.  Refused by name: blocked
-quantization (`block_size`), 4-bit and float8 types, a batched `B` whose batch dims are not A's.
+`Quantize` / `QMatMul` thunks, whose rounding is half away from zero.  Blocked quantization (`block_size`)
+spreads each scale and zero point over its block with a `gather`.  Refused by name: 4-bit and float8
+types, a batched `B` whose batch dims are not A's.
 """
 from __future__ import annotations
 
@@ -16,8 +17,16 @@ from .importer import Convert, Unsupported, converts, dtype_of
 INTEGER = (DType.I8, DType.U8, DType.I16)
 
 
-def _along(cx: Convert, v: Value, rank: int, axis: int) -> Value:
-    """A per-tensor (size 1) or per-axis (1-D) parameter shaped to broadcast along `axis` of a rank-`rank` tensor."""
+def _along(cx: Convert, v: Value, x: Value, axis: int, block: int = 0) -> Value:
+    """A per-tensor (size 1), per-axis (1-D) or blocked (x's rank, `block` elements of `x` per element along
+    `axis`) parameter shaped to broadcast against `x`."""
+    rank = x.ndim
+    if block:
+        if v.ndim != rank or v.shape[axis] != -(-x.shape[axis] // block):
+            raise Unsupported(f"a blocked parameter of shape {list(v.shape)} for input {list(x.shape)}, "
+                              f"block_size {block} along axis {axis}")
+        spread = cx.g.constant(np.arange(x.shape[axis], dtype=np.int64) // block, DType.I64)
+        return cx.g.gather(v, spread, axis)
     if v.shape and int(np.prod(v.shape)) > 1:
         if v.ndim != 1:
             raise Unsupported(f"a parameter of shape {list(v.shape)} (blocked quantization is not supported)")
@@ -34,14 +43,8 @@ def _zero(cx: Convert, dtype: DType) -> Value:
     return cx.g.constant(np.zeros((), dtype.numpy), dtype)
 
 
-def _check_block(cx: Convert, node) -> None:
-    if cx.attr(node, "block_size", 0):
-        raise Unsupported("blocked quantization (block_size) is not supported")
-
-
 @converts("QuantizeLinear")
 def _quantize(cx: Convert, node) -> list:
-    _check_block(cx, node)
     x = cx.tensor(node.input[0])
     if x.dtype != DType.F32:
         raise Unsupported(f"quantizing {x.dtype.value} input (f32 only)")
@@ -52,24 +55,25 @@ def _quantize(cx: Convert, node) -> list:
         zp = _zero(cx, dtype_of(cx.attr(node, "output_dtype", 2) or 2, "output_dtype"))
     if zp.dtype not in INTEGER:
         raise Unsupported(f"quantizing to {zp.dtype.value} (int8, uint8, int16)")
-    scale = _along(cx, cx.tensor(node.input[1]), x.ndim, axis)
-    return [cx.g.quantize(x, scale, _along(cx, zp, x.ndim, axis), zp.dtype)]
+    block = int(cx.attr(node, "block_size", 0))
+    scale = _along(cx, cx.tensor(node.input[1]), x, axis, block)
+    zp = _along(cx, zp, x, axis, block) if cx.has(node, 2) else _along(cx, zp, x, axis)
+    return [cx.g.quantize(x, scale, zp, zp.dtype)]
 
 
 @converts("DequantizeLinear")
 def _dequantize(cx: Convert, node) -> list:
-    _check_block(cx, node)
     x = cx.tensor(node.input[0])
     if x.dtype not in (*INTEGER, DType.I32):
         raise Unsupported(f"dequantizing {x.dtype.value} input (int8, uint8, int16, int32)")
     if cx.attr(node, "output_dtype", 0) not in (0, 1):
         raise Unsupported("output_dtype other than float")
     axis = cx.attr(node, "axis", 1) % max(x.ndim, 1)
-    g = cx.g
+    g, block = cx.g, int(cx.attr(node, "block_size", 0))
     y = g.cast(x, "f32")
     if cx.has(node, 2):
-        y = y - g.cast(_along(cx, cx.tensor(node.input[2]), x.ndim, axis), "f32")
-    return [y * _along(cx, cx.tensor(node.input[1]), x.ndim, axis)]
+        y = y - g.cast(_along(cx, cx.tensor(node.input[2]), x, axis, block), "f32")
+    return [y * _along(cx, cx.tensor(node.input[1]), x, axis, block)]
 
 
 @converts("DynamicQuantizeLinear")

@@ -2,8 +2,11 @@
 Concat, Split, Slice, Gather, Expand, Tile, Cast, DepthToSpace/SpaceToDepth."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
+from ..dtypes import DType
+from ..graph import Value
 from .importer import Convert, Unsupported, converts, dtype_of
 
 
@@ -24,8 +27,15 @@ def _reshape(cx: Convert, node) -> list:
     x = cx.tensor(node.input[0])
     shape = [int(d) for d in cx.need_const(node, 1, "shape")]
     if cx.attr(node, "allowzero", 0) and 0 in shape:
-        raise Unsupported("allowzero=1 with a 0 in the shape (a zero-size dim)")
+        if x.shape and int(np.prod(x.shape)) != 0 or -1 in shape:
+            raise Unsupported(f"allowzero=1: shape {shape} for input {list(x.shape)}")
+        return [empty(x, shape)]
     return [cx.g.reshape(x, shape)]
+
+
+def empty(x: Value, shape: "list[int]") -> np.ndarray:
+    """A zero-size result of `x`'s dtype: known at import time, it is a constant."""
+    return np.zeros(shape, ml_dtypes.bfloat16 if x.dtype == DType.BF16 else x.dtype.numpy)
 
 
 @converts("Transpose")
@@ -108,13 +118,14 @@ def _slice(cx: Convert, node) -> list:
         steps = cx.need_const(node, 4, "steps") if cx.has(node, 4) else None
     axes = list(range(len(starts))) if axes is None else [int(a) % x.ndim for a in axes]
     steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
-    for a, s0, e0, st in zip(axes, starts, ends, steps):
-        idx = np.arange(x.shape[a])[slice(int(s0) if abs(int(s0)) < 2**62 else None,
-                                          int(e0) if abs(int(e0)) < 2**62 else None, st)]
-        if st == 1 and idx.size:
+    kept = {a: np.arange(x.shape[a])[slice(int(s0) if abs(int(s0)) < 2**62 else None,
+                                           int(e0) if abs(int(e0)) < 2**62 else None, st)]
+            for a, s0, e0, st in zip(axes, starts, ends, steps)}
+    if any(idx.size == 0 for idx in kept.values()):
+        return [empty(x, [kept[a].size if a in kept else d for a, d in enumerate(x.shape)])]
+    for (a, idx), st in zip(kept.items(), steps):
+        if st == 1:
             x = cx.g.narrow(x, a, int(idx[0]), int(idx.size))
-        elif idx.size == 0:
-            raise Unsupported(f"a slice with no elements on axis {a}")
         else:
             x = cx.g.gather(x, cx.g.constant(idx.astype(np.int64)), a)
     return [x]

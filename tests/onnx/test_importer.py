@@ -164,3 +164,29 @@ def test_einsum_matches_numpy(eq, shapes):
     xs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
     y, = rl.onnx.run(m, dict(zip(names, xs)))
     np.testing.assert_allclose(y, np.einsum(eq, *xs), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attrs", [dict(strides=[2, 1, 2], pads=[1, 0, 1, 0, 1, 1]),
+                                   dict(strides=[2, 2, 1], dilations=[2, 1, 1], output_padding=[1, 0, 0])],
+                         ids=["strided-padded", "dilated-output-padding"])
+def test_conv_transpose_3d_matches_the_reference(attrs):
+    x = RNG.standard_normal((2, 4, 3, 4, 5)).astype(np.float32)
+    w = RNG.standard_normal((4, 3, 3, 2, 3)).astype(np.float32)
+    b = RNG.standard_normal(3).astype(np.float32)
+    m = model([h.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)], [("x", TP.FLOAT, list(x.shape))],
+              ["y"], [("w", w), ("b", b)])
+    want, = reference_run(m, {"x": x})
+    got, = rl.onnx.run(m, {"x": x})
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_outputs_are_bfloat16_and_half_matmul_rounds_once():
+    import ml_dtypes
+    a = RNG.standard_normal((3, 8)).astype(ml_dtypes.bfloat16)
+    bm = RNG.standard_normal((8, 4)).astype(ml_dtypes.bfloat16)
+    m = model([h.make_node("MatMul", ["a", "b"], ["y"])], [("a", TP.BFLOAT16, [3, 8])], ["y"], [("b", bm)])
+    got, = rl.onnx.run(m, {"a": a})
+    assert got.dtype == ml_dtypes.bfloat16
+    exact = (a.astype(np.float32) @ bm.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(got.view(np.uint16), exact.view(np.uint16))

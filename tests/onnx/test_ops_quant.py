@@ -108,9 +108,9 @@ def test_unsupported_forms_are_each_named():
              h.make_node("MatMulInteger", ["ab", "ab3"], ["b"], name="batched")]
     m = model(nodes, [("x", TP.FLOAT, [2, 4]), ("ab", TP.INT8, [2, 3, 3]), ("ab3", TP.INT8, [3, 3, 3])],
               [("a", TP.UINT8), ("b", TP.INT32)],
-              [("sb", np.ones((2, 2), np.float32))], opset=21)
+              [("sb", np.ones((2, 3), np.float32))], opset=21)        # 4 / block 2 is 2 scales, not 3
     with pytest.raises(rl.onnx.OnnxImportError) as err:
         rl.onnx.load(m)
     text = str(err.value)
-    assert "QuantizeLinear 'blocked'" in text and "block_size" in text
+    assert "QuantizeLinear 'blocked'" in text and "block_size 2" in text
     assert "MatMulInteger 'batched'" in text and "a batched B must have A's batch dims" in text
