@@ -93,6 +93,7 @@ class Convert:
         self.initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
         self._as_tensor: dict[str, Value] = {}
         self.wanted: set[str] = set()
+        self.roots: dict[str, set[str]] = {}     # value → the graph inputs it is computed from
         self.onnx = onnx
         shapes = dict(shapes or {})
         for inp in graph.input:
@@ -128,9 +129,14 @@ class Convert:
         v = self.const(node.input[i]) if self.has(node, i) else None
         if v is None:
             if self.has(node, i):
-                self.wanted.add(node.input[i])
+                self.want(node.input[i])
             raise Unsupported(f"input {i} ({what}) must be a constant or computable from shapes")
         return v
+
+    def want(self, name: str) -> None:
+        """Record that `name` is needed at import time: it and the graph inputs it is computed from."""
+        self.wanted.add(name)
+        self.wanted.update(self.roots.get(name, ()))
 
     def tensor(self, name: str) -> Value:
         """`name` as a graph value: constants become params (large initializers) or baked constants."""
@@ -180,6 +186,9 @@ class Convert:
                     for n in nodes if _key(n) not in CONVERTERS and n.op_type not in FOLD_ONLY]
         failed: set[str] = set()
         for node in nodes:
+            roots = set().union(*(self.roots.get(i, {i}) for i in node.input
+                                  if i and not isinstance(self.env.get(i), np.ndarray)))
+            self.roots.update((o, roots) for o in node.output if o)
             if any(i in failed for i in node.input) or (_key(node) not in CONVERTERS and node.op_type not in FOLD_ONLY):
                 failed.update(node.output)
                 continue
@@ -203,7 +212,9 @@ class Convert:
                 self.env.update(zip(node.output, folded))
                 return
         if _key(node) not in CONVERTERS:
-            self.wanted.update(i for i in node.input if i and self.const(i) is None)
+            for i in node.input:
+                if i and self.const(i) is None:
+                    self.want(i)
             raise Unsupported(f"op {node.op_type!r} is only supported on import-time constants")
         results = CONVERTERS[_key(node)](self, node)
         for name, value in zip(node.output, results):
@@ -233,7 +244,8 @@ class Convert:
         return [np.asarray(o) for o in out]
 
 
-FOLD_ONLY = {"Shape", "Size", "ConstantOfShape", "Range", "Constant", "NonZero", "EyeLike", "OneHot"}
+FOLD_ONLY = {"Shape", "Size", "ConstantOfShape", "Range", "Constant", "NonZero", "EyeLike", "OneHot",
+             "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix"}
 NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 

@@ -317,9 +317,7 @@ def _reduce_f64(cx: Convert, op: str, x: Value, axes: tuple[int, ...], keep: boo
     g = cx.g
     f64 = lambda v: g.constant(np.asarray(v, np.float64), DType.F64)  # noqa: E731
     if op == "ReduceLogSumExp":
-        m = g.cast(g.reduce(g.cast(x, DType.F32), "max", axes, True), DType.F64)
-        m = g.wide_where(g.compare("lt", g.activation("abs", g.cast(m, DType.F32)), g.constant(float("inf"))),
-                         m, f64(0.0))
+        m = _f64_shift(cx, x, axes)
         s = g.wide_sum(g.wide_activation("exp", g.wide_binary("sub", x, m)), axes, True)
         out = g.wide_binary("add", g.wide_activation("log", s), m)
         return out if keep else g.reshape(out, [d for i, d in enumerate(out.shape) if i not in axes])
@@ -392,10 +390,33 @@ def _softmax_axis(cx: Convert, node, x: Value) -> tuple[Value, int, tuple | None
 def _softmax(cx: Convert, node) -> list:
     x0 = _float(cx, node)
     x, axis, restore = _softmax_axis(cx, node, x0)
-    y = cx.g.softmax(x, axis)
-    if node.op_type == "LogSoftmax":
-        y = cx.g.log(y)
+    if x.dtype == DType.F64:
+        y = _softmax_f64(cx, x, axis % x.ndim, node.op_type == "LogSoftmax")
+    else:
+        y = cx.g.softmax(x, axis)
+        if node.op_type == "LogSoftmax":
+            y = cx.g.log(y)
     return [cx.g.reshape(y, restore) if restore else y]
+
+
+def _softmax_f64(cx: Convert, x: Value, axis: int, log: bool) -> Value:
+    """Softmax (or LogSoftmax) of f64 `x` along `axis` in f64: `x − m` over the f32-rounded max `m` (the
+    shift cancels exactly), `exp`, and the wide sum."""
+    g = cx.g
+    shifted = g.wide_binary("sub", x, _f64_shift(cx, x, (axis,)))
+    total = g.wide_sum(g.wide_activation("exp", shifted), (axis,), True)
+    if log:
+        return g.wide_binary("sub", shifted, g.wide_activation("log", total))
+    return g.wide_binary("div", g.wide_activation("exp", shifted), total)
+
+
+def _f64_shift(cx: Convert, x: Value, axes: tuple[int, ...]) -> Value:
+    """The max of f64 `x` over `axes` (kept), rounded through f32 (0 where that is not finite): a shift for
+    exp-sums that cancels exactly."""
+    g = cx.g
+    m = g.reduce(g.cast(x, DType.F32), "max", axes, True)
+    finite = g.compare("lt", g.activation("abs", m), g.constant(float("inf")))
+    return g.wide_where(finite, g.cast(m, DType.F64), g.constant(np.zeros((), np.float64), DType.F64))
 
 
 @converts("LayerNormalization")
