@@ -171,7 +171,9 @@ K_BLOCK = 512           # rows of B per k-block at most (BLIS's kc: a tile's C t
 K_BLOCK_MIN = 128       # ... and at least (a wide AVX-512 panel would otherwise get a short k-block)
 L1_BYTES = jit.l1d_bytes()  # the host's per-core L1d: sizes the k-blocks (B micro-panel + A micro-panels)
 L2_BYTES = jit.l2_bytes()  # the host's per-core L2: sizes the row blocks
-PACK_A_MIN_PANELS = 8   # pack A once at least this many column panels (per thread) read it
+PACK_A_MIN_PANELS = 8   # pack A once more than this many column panels (per thread) read it
+ROW_SPLIT_BLOCKS = 16   # row blocks to aim for when threads split the rows (a few per thread: balance)...
+ROW_SPLIT_MIN_TILES = 8  # ... of at least this many row tiles (each block packs its own B micro-panels)
 # A packed B k-panel (kc × a group of column panels, BLIS's kc × nc) is reused by every row block:
 # a quarter of the shared L3 holds it (4 MiB where the L3 size cannot be read)
 B_PANEL_BYTES = max(L2_BYTES, jit.cache_bytes(3, 16 << 20) // 4)
@@ -196,9 +198,10 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
     sliver block is left), and within those, column panels of `NR = NV·W` columns (the last one
     narrower, its last vector masked).  The row block of A is packed once into `MR`-row micro-panels
     (`pack_a`: each tile's broadcasts read one contiguous stream) when enough panels reuse it; each
-    panel's block of B is packed contiguous (`_block`) and every row tile of the row block runs
-    over it.  The panels are split across rlx_llvm's threads (`ctx.parallel_for`; each thread packs
-    its own A) when each thread gets enough work and every operand is an `ArenaRef` or
+    panel's block of B is packed contiguous (`pack_b`) by the first row block and every row tile of
+    every row block runs over it.  Row blocks (when there are more row tiles than panels and no
+    epilogue) or column panels (each thread packing its own A) are split across rlx_llvm's threads
+    (`ctx.parallel_for`) when each thread gets enough work and every operand is an `ArenaRef` or
     `ScratchRef` (a raw pointer cannot be re-derived inside the outlined body).  The epilogue runs
     per panel right after its last k-block's tiles when there is one row block, else over the
     thread's panels at the end.
@@ -207,72 +210,98 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
     w = ctx.lanes * 4 // size
     rows, vectors = register_tile(ctx.lanes)
     panel = min(vectors, -(-n // w)) * w
-    full, rest = n // panel, n % panel
-    panels = full + (1 if rest else 0)
-    min_panels = max(1, -(-PARALLEL_MIN_FMAS // (m * k * panel)))
+    panels = -(-n // panel)
     kblocks = k_blocks(k, panel * size, rows * size)
     kc_max = kblocks[0][1]
     mc = row_block(m, kc_max * size, rows)
+    movable = all(isinstance(x, MovableRef) for x in (a, b, c))
+    # threads split the longer side: row blocks when there are more row tiles than column panels (each
+    # row block's A is packed once, only B's cheap row copies repeat per block), else column panels
+    by_rows = movable and epilogue is None and m // rows >= panels
+    if by_rows:
+        mc = min(mc, max(ROW_SPLIT_MIN_TILES * rows, -(-m // ROW_SPLIT_BLOCKS // rows) * rows))
+    items, per_item = (-(-m // mc), mc * n * k) if by_rows else (panels, m * k * panel)
+    min_items = max(1, -(-PARALLEL_MIN_FMAS // per_item))
+    threaded = movable and items >= 2 * min_items
     packs = m > rows  # more than one row tile reads each block of B: copy it contiguous once
     fused = epilogue is not None and mc == m
-    threaded = panels >= 2 * min_panels and all(isinstance(x, MovableRef) for x in (a, b, c))
-    packs_a = packs and full >= PACK_A_MIN_PANELS * (2 if threaded else 1)
-    # column panels per packed B k-panel, reused by every row block; with one row block, each panel is
-    # packed right before its tiles into one micro-panel buffer (hot in L1) and the group is all panels
+    packs_a = packs and panels > PACK_A_MIN_PANELS * (2 if threaded and not by_rows else 1)
+    # column panels per packed B k-panel, reused by every row block of the sweep; with one row block,
+    # each panel is packed right before its tiles into one buffer (hot in L1)
     reuse_b = packs and mc < m
     group = max(1, min(panels, B_PANEL_BYTES // (kc_max * panel * size))) if reuse_b else panels
 
     def each_panel(sub: EmitContext, start: ir.Value, stop: ir.Value, body: Callable[[ir.Value, int], None]) -> None:
-        with sub.for_range(start, stop, name="panel") as j:
-            if rest and full:
-                with sub.b.if_else(sub.b.icmp_signed("<", j, I64(full))) as (then, otherwise):
-                    with then:
-                        body(j, panel)
-                    with otherwise:
-                        body(j, rest)
-            else:
-                body(j, panel if full else rest)
+        _each(sub, start, stop, n, panel, body, "panel")
 
-    def run_panels(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+    def sweep(sub: EmitContext, p_start: ir.Value, p_stop: ir.Value, r_start: ir.Value, r_stop: ir.Value) -> None:
+        """Column panels [p_start, p_stop) × row blocks [r_start, r_stop), loops jc / k-block / row block / panel."""
         ops = [pointer(sub, x) for x in (a, b, c)]
         # this thread's packed B k-panel (micro-panels of `group` column panels) and A block
         b_pack = scratch_ptr(sub, sub.scratch_alloc(kc_max * panel * size * (group if reuse_b else 1))) if packs else None
         a_pack = scratch_ptr(sub, sub.scratch_alloc(kc_max * mc * size)) if packs_a else None
-        with sub.for_range(start, stop, group, name="jc") as jc:
-            jc_stop = sub.b.select(sub.b.icmp_signed("<", sub.b.add(jc, I64(group)), stop), sub.b.add(jc, I64(group)), stop)
+        with sub.for_range(p_start, p_stop, group, name="jc") as jc:
+            after = sub.b.add(jc, I64(group))
+            jc_stop = sub.b.select(sub.b.icmp_signed("<", after, p_stop), after, p_stop)
             for first, kc, kcount in kblocks:
                 block_beta = beta if first == 0 else 1.0  # later blocks add onto the partial C
                 last = first + kc * kcount == k
                 with _maybe_loop(sub, kcount, "kblock") as kb:
                     k0 = sub.b.add(I64(first), sub.b.mul(kb, I64(kc)))
-                    for i0, mrows, count in _runs(m, mc):
-                        with _maybe_loop(sub, count, "mblock") as t:
-                            row0 = sub.b.add(I64(i0), sub.b.mul(t, I64(mrows)))
-                            if a_pack is not None:
-                                pack_a(sub, ty, ops[0], a_pack, (m, k), (row0, mrows), (k0, kc), ta, rows)
 
-                            def tiles(j: ir.Value, width: int) -> None:
-                                b_micro = None
-                                if reuse_b:  # packed by the first row block
-                                    b_micro = _micro_panel(sub, b_pack, j, jc, kc * panel * size)
-                                    with sub.b.if_then(sub.b.icmp_unsigned("==", row0, I64(0))):
-                                        pack_b(sub, ty, w, ops[1], b_micro, n, panel, j, width, (k0, kc))
-                                elif b_pack is not None:  # one row block: one micro-panel buffer, hot in L1
-                                    b_micro = b_pack
+                    def row_block(t: ir.Value, mrows: int) -> None:
+                        row0 = sub.b.mul(t, I64(mc))
+                        if a_pack is not None:
+                            pack_a(sub, ty, ops[0], a_pack, (m, k), (row0, mrows), (k0, kc), ta, rows)
+
+                        def tiles(j: ir.Value, width: int) -> None:
+                            b_micro = None
+                            if reuse_b:  # packed by the sweep's first row block
+                                b_micro = _micro_panel(sub, b_pack, j, jc, kc * panel * size)
+                                with sub.b.if_then(sub.b.icmp_unsigned("==", t, r_start)):
                                     pack_b(sub, ty, w, ops[1], b_micro, n, panel, j, width, (k0, kc))
-                                _block(sub, ty, w, (m, n, k), panel, width, ops, j, (row0, mrows), (k0, kc), ta,
-                                       alpha, block_beta, b_micro, a_pack)
-                                if fused and last:
-                                    epilogue(sub, sub.b.mul(j, I64(panel)), width)
+                            elif b_pack is not None:  # one buffer, packed right before the panel's tiles
+                                b_micro = b_pack
+                                pack_b(sub, ty, w, ops[1], b_micro, n, panel, j, width, (k0, kc))
+                            _block(sub, ty, w, (m, n, k), panel, width, ops, j, (row0, mrows), (k0, kc), ta,
+                                   alpha, block_beta, b_micro, a_pack)
+                            if fused and last:
+                                epilogue(sub, sub.b.mul(j, I64(panel)), width)
 
-                            each_panel(sub, jc, jc_stop, tiles)
+                        each_panel(sub, jc, jc_stop, tiles)
+
+                    _each(sub, r_start, r_stop, m, mc, row_block, "mblock")
         if epilogue is not None and not fused:
-            each_panel(sub, start, stop, lambda j, width: epilogue(sub, sub.b.mul(j, I64(panel)), width))
+            each_panel(sub, p_start, p_stop, lambda j, width: epilogue(sub, sub.b.mul(j, I64(panel)), width))
 
-    if threaded:
-        ctx.parallel_for(panels, run_panels, grain=1, min_work=min_panels)
+    all_panels, all_rows = (I64(0), I64(panels)), (I64(0), I64(-(-m // mc)))
+    if threaded and by_rows:
+        ctx.parallel_for(items, lambda sub, start, stop: sweep(sub, *all_panels, start, stop), grain=1,
+                         min_work=min_items)
+    elif threaded:
+        ctx.parallel_for(items, lambda sub, start, stop: sweep(sub, start, stop, *all_rows), grain=1,
+                         min_work=min_items)
     else:
-        run_panels(ctx, I64(0), I64(panels))
+        sweep(ctx, *all_panels, *all_rows)
+
+
+def _each(ctx: EmitContext, start: ir.Value, stop: ir.Value, total: int, step: int,
+          body: Callable[[ir.Value, int], None], name: str) -> None:
+    """`body(t, size)` for the blocks `t` in [start, stop) of `total` split into blocks of `step`
+    (the last one `total mod step` when that is not zero); a single block needs no loop."""
+    whole, rest = divmod(total, step)
+    if isinstance(start, ir.Constant) and isinstance(stop, ir.Constant) and stop.constant - start.constant == 1:
+        body(start, step if start.constant < whole else rest)
+        return
+    with ctx.for_range(start, stop, name=name) as t:
+        if rest and whole:
+            with ctx.b.if_else(ctx.b.icmp_signed("<", t, I64(whole))) as (then, otherwise):
+                with then:
+                    body(t, step)
+                with otherwise:
+                    body(t, rest)
+        else:
+            body(t, step if whole else rest)
 
 
 def _micro_panel(ctx: EmitContext, b_pack: ir.Value, j: ir.Value, jc: ir.Value, nbytes: int) -> ir.Value:
