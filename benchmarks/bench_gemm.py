@@ -5,7 +5,9 @@
 One run, at 1 and then 2 threads (both OpenBLAS pools through `rlx_llvm.kernels.threads`,
 PyTorch through `torch.set_num_threads`):
 
-* `Sgemm` m×k×n ∈ {1024³, 128×768×3072, 1024×3072×768, 4096×64×4096, 333×555×777, 64³, 64×4096×4096, 8³}: `prog.run(arena)` against `numpy.matmul(out=)`
+* `Sgemm` m×k×n ∈ {1024³, 128×768×3072, 1024×3072×768, 4096×64×4096, 333×555×777, 64³, MiniLM's
+  128×384×384, 128×384×1536, 128×1536×384 and their batch-8 forms with 1024 rows, 64×4096×4096, 8³}:
+  `prog.run(arena)` against `numpy.matmul(out=)`
   and a direct `scipy.linalg.blas.sgemm` on transposed views (Fortran order, so f2py copies
   nothing: `Cᵀ = Bᵀ·Aᵀ` written into the C buffer).
 * `FusedMmBiasAct` 128×768 @ 768×3072, erf-Gelu: against NumPy (`matmul(out=)`, then in-place
@@ -46,9 +48,11 @@ from rlx_llvm import thunks as T  # noqa: E402
 from rlx_llvm.kernels.threads import get_num_threads, set_num_threads  # noqa: E402
 from rlx_llvm.ops import Activation  # noqa: E402
 
-# issue 19's bar (rlx-llvm ≤ SciPy's time on each), the 64×4096×4096 weak spot, and 8³
+# issue 19's bar (rlx-llvm ≤ SciPy's time on each), MiniLM's projections (hidden 384, FFN 1536) at one
+# sequence of 128 and at batch 8, the 64×4096×4096 weak spot, and 8³
 SGEMM_SHAPES = [(1024, 1024, 1024), (128, 768, 3072), (1024, 3072, 768), (4096, 64, 4096), (333, 555, 777),
-                (64, 64, 64), (64, 4096, 4096), (8, 8, 8)]
+                (64, 64, 64), (128, 384, 384), (128, 384, 1536), (128, 1536, 384), (1024, 384, 384),
+                (1024, 384, 1536), (1024, 1536, 384), (64, 4096, 4096), (8, 8, 8)]
 FUSED_SHAPE = (128, 768, 3072)
 SQRT_HALF = np.float32(1 / np.sqrt(2))
 
