@@ -143,39 +143,41 @@ def _flip(cx: Convert, x: Value, axis: int) -> Value:
     return cx.g.gather(x, cx.g.constant(np.arange(x.shape[axis] - 1, -1, -1, dtype=np.int64)), axis)
 
 
-@converts("CumSum")
+@converts("CumSum", "CumProd")
 @in_f32
-def _cumsum(cx: Convert, node) -> list:
+def _cumulative(cx: Convert, node) -> list:
     x = cx.tensor(node.input[0])
     axis = int(cx.need_const(node, 1, "axis").reshape(-1)[0]) % x.ndim
     exclusive, reverse = bool(cx.attr(node, "exclusive", 0)), bool(cx.attr(node, "reverse", 0))
-    if x.dtype == DType.F64 or x.dtype in INTEGERS:
-        return [_scanned_sum(cx, x, axis, exclusive, reverse)]
+    if node.op_type == "CumProd" or x.dtype == DType.F64 or x.dtype in INTEGERS:
+        return [_scanned(cx, x, axis, exclusive, reverse, "mul" if node.op_type == "CumProd" else "add")]
     x = _float(cx, node)
     if reverse:
         return [_flip(cx, cx.g.cumsum(_flip(cx, x, axis), axis, exclusive), axis)]
     return [cx.g.cumsum(x, axis, exclusive)]
 
 
-def _scanned_sum(cx: Convert, x: Value, axis: int, exclusive: bool, reverse: bool) -> Value:
-    """CumSum of f64 or integer `x` (exact wide adds, integers wrapping as ONNX's): `⌈log₂ n⌉` steps
-    `y += y shifted by s` (s = 1, 2, 4 …, Hillis–Steele), then one more shift when `exclusive`."""
-    n = x.shape[axis]
+def _scanned(cx: Convert, x: Value, axis: int, exclusive: bool, reverse: bool, op: str) -> Value:
+    """CumSum (`op` add) of f64 or integer `x` (exact wide adds, integers wrapping as ONNX's), or CumProd
+    (mul): `⌈log₂ n⌉` steps `y = y op (y shifted by s)` (s = 1, 2, 4 …, Hillis–Steele), then one more
+    shift when `exclusive`."""
+    n, unit = x.shape[axis], 1 if op == "mul" else 0
     y, s = x, 1
     while s < n:
-        y = arithmetic(cx, "add", y, _shifted(cx, y, axis, s, reverse))
+        y = arithmetic(cx, op, y, _shifted(cx, y, axis, s, reverse, unit))
         s *= 2
-    return _shifted(cx, y, axis, 1, reverse) if exclusive else y
+    return _shifted(cx, y, axis, 1, reverse, unit) if exclusive else y
 
 
-def _shifted(cx: Convert, y: Value, axis: int, s: int, reverse: bool) -> Value:
-    """`y` moved `s` places along `axis` (towards the end, or the start when `reverse`), zeros shifted in."""
+def _shifted(cx: Convert, y: Value, axis: int, s: int, reverse: bool, unit: int = 0) -> Value:
+    """`y` moved `s` places along `axis` (towards the end, or the start when `reverse`), `unit`s shifted in."""
     n = y.shape[axis]
-    zeros = cx.g.constant(np.zeros((*y.shape[:axis], min(s, n), *y.shape[axis + 1:]), y.dtype.numpy), y.dtype)
+    units = cx.g.constant(np.full((*y.shape[:axis], min(s, n), *y.shape[axis + 1:]), unit, y.dtype.numpy),
+                          y.dtype)
     if s >= n:
-        return zeros
+        return units
     kept = cx.g.narrow(y, axis, s if reverse else 0, n - s)
-    return cx.g.concat([kept, zeros] if reverse else [zeros, kept], axis)
+    return cx.g.concat([kept, units] if reverse else [units, kept], axis)
 
 
 # ── gathers and scatters ────────────────────────────────────────────────────
