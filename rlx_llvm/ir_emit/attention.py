@@ -89,7 +89,7 @@ def attention(ctx: EmitContext, t) -> None:
 
 
 TILE_MIN_SEQ = 8          # query rows from which Q·Kᵀ and P·V run as register-tile GEMMs
-BLOCK_BYTES = 256 << 10   # score block (query rows × kv_seq) of the tiled path, per thread
+BLOCK_BYTES = 32 << 10   # score block (query rows × kv_seq) of the tiled path, per thread: L1-sized
 MAX_GROUP = 8             # GQA decode: query heads sharing one pass over their KV head's K and V
 CAUSAL_BLOCK = 48         # query rows per block under Causal/Sliding masks
 
@@ -217,17 +217,17 @@ def _tiles(ctx: EmitContext, m: int, n: int, k: int, a: ir.Value, a_row: int, a_
            c: ir.Value, ldc: int, alpha: float, n_limit: "ir.Value | None" = None, beta: float = 0.0) -> None:
     """`C[m, n] = α·A·B (+ β·C)` by gemm.py's register tiles: A strided (`a_row`, `a_col`), B and C
     row-major with leading dims `ldb`, `ldc` (pointers at element 0)."""
-    from .gemm import ACCUMULATORS, PANEL_VECTORS, TileShape, _maybe_loop, _runs
+    from .gemm import ACCUMULATORS, TileShape, _maybe_loop, _runs, register_tile
     bld = ctx.b
     w = ctx.lanes
-    pw = PANEL_VECTORS * w
+    pw = register_tile(w)[1] * w
     full, rest = n // pw, n % pw
 
     def panel(col, width: int) -> None:
         nv = -(-width // w)
         mr = max(1, min(m, ACCUMULATORS.get(w, 12) // nv))
         for r0, rows, count in _runs(m, mr):
-            fn = TileShape(F32, w, rows, nv, beta != 0.0).function(ctx)
+            fn = TileShape(F32, w, rows, nv, beta != 0.0, ragged=width % w != 0).function(ctx)
             with _maybe_loop(ctx, count, "atile") as tr:
                 row0 = iadd(bld, r0, imul(bld, tr, rows))
                 bld.call(fn, [ctx.addr(0, imul(bld, row0, a_row), 4, base=a), ctx.addr(0, col, 4, base=bm),
