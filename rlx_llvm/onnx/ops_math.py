@@ -174,6 +174,15 @@ def _swish(cx: Convert, node) -> list:
     return [x * cx.g.sigmoid(x * float(cx.attr(node, "alpha", 1.0)))]
 
 
+@converts("SwiGLU")
+def _swiglu(cx: Convert, node) -> list:
+    """`a · sigmoid(alpha·a) · b` (Swish of a gating b; the operands have one shape)."""
+    a, b = _float(cx, node, 0), _float(cx, node, 1)
+    if a.shape != b.shape:
+        raise Unsupported(f"operands of shapes {list(a.shape)} and {list(b.shape)} (SwiGLU does not broadcast)")
+    return [a * cx.g.sigmoid(a * float(cx.attr(node, "alpha", 1.0))) * b]
+
+
 @converts("Shrink")
 def _shrink(cx: Convert, node) -> list:
     g = cx.g

@@ -361,6 +361,25 @@ def _mvn(cx: Convert, node) -> list:
     return [_normalize(cx, x, axes, 1e-9)]
 
 
+@converts("LRN")
+@in_f32
+def _lrn(cx: Convert, node) -> list:
+    """`x / (bias + alpha/size · Σ x²)^beta`, the sum over the `size` channels around each one (zero padded):
+    `size` shifted slices of the padded squares."""
+    g, x = cx.g, _float(cx, node)
+    size = int(cx.attr(node, "size"))
+    alpha, beta, bias = (float(cx.attr(node, k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    channels = x.shape[1]
+    zeros = [g.constant(np.zeros((x.shape[0], n, *x.shape[2:]), np.float32)) for n in (before, after)]
+    parts = [z for z, n in zip(zeros, (before, after)) if n]
+    squares = g.concat(parts[:1 if before else 0] + [x * x] + parts[1 if before else 0:], 1) if parts else x * x
+    total = g.narrow(squares, 1, 0, channels)
+    for k in range(1, size):
+        total = total + g.narrow(squares, 1, k, channels)
+    return [x / g.pow(total * (alpha / size) + bias, g.constant(beta))]
+
+
 @converts("LpNormalization")
 def _lp_norm(cx: Convert, node) -> list:
     g = cx.g

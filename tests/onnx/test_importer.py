@@ -190,3 +190,15 @@ def test_bf16_outputs_are_bfloat16_and_half_matmul_rounds_once():
     assert got.dtype == ml_dtypes.bfloat16
     exact = (a.astype(np.float32) @ bm.astype(np.float32)).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(got.view(np.uint16), exact.view(np.uint16))
+
+
+@pytest.mark.parametrize("size", [1, 3, 5])
+def test_lrn_matches_onnxruntime(size):
+    # onnx.reference's LRN loops over the batch dim instead of the channels; ONNX Runtime follows the spec
+    x = RNG.standard_normal((2, 6, 3, 3)).astype(np.float32)
+    m = model([h.make_node("LRN", ["x"], ["y"], size=size, alpha=0.01, beta=0.6, bias=2.0)],
+              [("x", TP.FLOAT, list(x.shape))], ["y"])
+    m.graph.output[0].type.tensor_type.elem_type = TP.FLOAT
+    want, = ort_run(m, {"x": x})
+    got, = rl.onnx.run(m, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
