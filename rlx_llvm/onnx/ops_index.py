@@ -1,5 +1,5 @@
-"""ONNX index and logic ops: ArgMax/ArgMin, TopK, CumSum, Gather/ScatterElements, GatherND/ScatterND, Pad,
-Resize, Mod, Not/And/Or/Xor.
+"""ONNX index and logic ops: ArgMax/ArgMin, TopK, CumSum/CumProd, Compress, Gather/ScatterElements,
+GatherND/ScatterND, Pad, Resize, Mod, Not/And/Or/Xor.
 
 Logic runs on float regions: bool operands are cast to f32 (0/1) and compared back to bool.  Pad
 builds each padded axis from `concat` (constant mode) or a `gather` of constant indices (reflect,
@@ -16,6 +16,7 @@ from ..dtypes import DType
 from ..graph import Value
 from .importer import Convert, Unsupported, converts, in_f32
 from .ops_math import INTEGERS, _as_i64, _float, arithmetic
+from .ops_shape import empty
 
 
 # ── logic ───────────────────────────────────────────────────────────────────
@@ -181,6 +182,21 @@ def _shifted(cx: Convert, y: Value, axis: int, s: int, reverse: bool, unit: int 
 
 
 # ── gathers and scatters ────────────────────────────────────────────────────
+
+@converts("Compress")
+def _compress(cx: Convert, node) -> list:
+    """The slices along `axis` (of the flattened input without one) where the import-time condition holds:
+    one constant-index `gather`."""
+    x = cx.tensor(node.input[0])
+    keep = np.flatnonzero(cx.need_const(node, 1, "condition"))
+    axis = cx.attr(node, "axis")
+    if axis is None:
+        x, axis = cx.g.reshape(x, [-1]), 0
+    axis = int(axis) % x.ndim
+    if keep.size == 0:
+        return [empty(x, [0 if a == axis else d for a, d in enumerate(x.shape)])]
+    return [cx.g.gather(x, cx.g.constant(keep.astype(np.int64), DType.I64), axis)]
+
 
 REDUCTION = {"none": "none", "add": "add", "mul": "mul", "max": "max", "min": "min"}
 
