@@ -63,37 +63,48 @@ def softmax(ctx: EmitContext, t) -> None:
 
     Contiguous rows take three passes over a row held in L1 (max; exp, stored, summed; scale);
     with `inner > 1` the same three passes run over W neighbouring columns at once."""
+    softmax_from(ctx, t, t.data)
+
+
+def softmax_from(ctx: EmitContext, t, src: int) -> None:
+    """Softmax `t` reading its input from `src` (disjoint from `t.data`, or `t.data` itself) and
+    writing `t.data`: out of place, `Copy(src → data)` then the in-place Softmax without the copy's
+    pass, bit for bit (`ir_emit.peephole`).  The max and exp passes read `src`; the exponentials go
+    to `data`, which the scale pass rescales in place (ONNX Runtime's MLAS kernel does the same)."""
     if not (t.rows and t.cols):
         return
     if t.inner == 1:
-        parallel_rows(ctx, t.rows, 8 * t.cols, lambda sub, s, e: _softmax_rows(sub, t, s, e))
+        parallel_rows(ctx, t.rows, 8 * t.cols, lambda sub, s, e: _softmax_rows(sub, t, src, s, e))
         return
     outer = t.rows // t.inner
     position_units(ctx, outer, t.inner, POSITION_BLOCK, 8 * t.cols * POSITION_BLOCK,
-                   lambda sub, o, i0, i1: span_loop(sub, i0, i1, lambda i, w, m: _softmax_columns(sub, t, o, i, w, m)))
+                   lambda sub, o, i0, i1: span_loop(sub, i0, i1,
+                                                    lambda i, w, m: _softmax_columns(sub, t, src, o, i, w, m)))
 
 
-def _softmax_rows(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> None:
+def _softmax_rows(ctx: EmitContext, t, src: int, start: ir.Value, stop: ir.Value) -> None:
+    """Rows `[start, stop)` of `src`: max; exp, stored in `data`, summed; scale `data` by 1/Σ."""
     b = ctx.b
+    dst = t.data
     with ctx.for_range(start, stop, name="row") as r:
         base = imul(b, r, t.cols)
 
-        def load(j: Index, w: int) -> ir.Value:
-            return ctx.load(t.data, F32, iadd(b, base, j), w)
+        def load(j: Index, w: int, at: int = src) -> ir.Value:
+            return ctx.load(at, F32, iadd(b, base, j), w)
         m = row_max(ctx, t.cols, load)
         ahead = next_row_base(ctx, r, t.rows, t.cols)
 
         def keep(j: Index, e: ir.Value) -> None:
             if width_of(e) > 1:  # the next row comes in while exp keeps the core busy
-                prefetch(ctx, t.data, iadd(b, ahead, j), 4)
-            ctx.store(t.data, e, iadd(b, base, j))
+                prefetch(ctx, src, iadd(b, ahead, j), 4)
+            ctx.store(dst, e, iadd(b, base, j))
         s = exp_sum(ctx, t.cols, load, m, store=keep)
         rinv = b.fdiv(ir.Constant(F32, 1.0), s)
         ctx.vector_loop(t.cols, lambda j, w: ctx.store(
-            t.data, b.fmul(load(j, w), splat(b, rinv, w), flags=FASTMATH), iadd(b, base, j)), name="scale")
+            dst, b.fmul(load(j, w, dst), splat(b, rinv, w), flags=FASTMATH), iadd(b, base, j)), name="scale")
 
 
-def _softmax_columns(ctx: EmitContext, t, o: ir.Value, i: ir.Value, w: int, mask) -> None:
+def _softmax_columns(ctx: EmitContext, t, src: int, o: ir.Value, i: ir.Value, w: int, mask) -> None:
     """Softmax of the W columns (the lanes in `mask`) from inner position `i` of outer slice `o`."""
     from . import vecmath as vm
     b = ctx.b
@@ -102,19 +113,19 @@ def _softmax_columns(ctx: EmitContext, t, o: ir.Value, i: ir.Value, w: int, mask
     def at(j: ir.Value) -> ir.Value:
         return iadd(b, base, imul(b, j, t.inner))
 
-    def load(j: ir.Value) -> ir.Value:
-        return load_lanes(ctx, t.data, F32, at(j), w, mask)
+    def load(j: ir.Value, offset: int = src) -> ir.Value:
+        return load_lanes(ctx, offset, F32, at(j), w, mask)
     (m,) = carried_loop(ctx, 0, t.cols, 1, [fconst(vec(F32, w), -math.inf)],
                         lambda j, a: [MAX(ctx, a[0], load(j))], name="max")
 
     def exps(j: ir.Value, a: list) -> list:
-        e = vm.exp(b, b.fsub(load(j), m, flags=FASTMATH))
+        e = vm.exp_shifted(b, b.fsub(load(j), m, flags=FASTMATH))
         store_lanes(ctx, t.data, e, at(j), mask)
         return [b.fadd(a[0], e, flags=FASTMATH)]
     (s,) = carried_loop(ctx, 0, t.cols, 1, [fconst(vec(F32, w), 0.0)], exps, name="exp")
     rinv = b.fdiv(fconst(s, 1.0), s)
     with ctx.for_range(0, t.cols, name="scale") as j:
-        store_lanes(ctx, t.data, b.fmul(load(j), rinv, flags=FASTMATH), at(j), mask)
+        store_lanes(ctx, t.data, b.fmul(load(j, t.data), rinv, flags=FASTMATH), at(j), mask)
 
 
 # ── Reduce / ReduceSumF64 ───────────────────────────────────────────────────

@@ -231,12 +231,12 @@ def row_max(ctx: EmitContext, n: int, load: Callable[[Index, int], ir.Value]) ->
 
 def exp_sum(ctx: EmitContext, n: int, load: Callable[[Index, int], ir.Value], m: ir.Value,
             store: Callable[[Index, ir.Value], None] | None = None) -> ir.Value:
-    """`Σ exp(v − m)` over a row with our vector exp; `store(j, e)` keeps each exponential."""
+    """`Σ exp(v − m)` over a row (v ≤ m: `vecmath.exp_shifted`); `store(j, e)` keeps each exponential."""
     from . import vecmath as vm
     b = ctx.b
 
     def term(j: Index, w: int) -> tuple[ir.Value]:
-        e = vm.exp(b, b.fsub(load(j, w), splat(b, m, w), flags=FASTMATH))
+        e = vm.exp_shifted(b, b.fsub(load(j, w), splat(b, m, w), flags=FASTMATH))
         if store is not None:
             store(j, e)
         return (e,)

@@ -309,6 +309,20 @@ def exp_nonpositive(b: ir.IRBuilder, t: ir.Value) -> ir.Value:
     return b.fmul(p, pow2i(b, _to_int(b, n), F32))
 
 
+EXP_FLUSH_F32 = -87.3  # `exp_shifted` gives 0 below it, where e^t < 1.22e−38 (2^n stays normal: n ≥ −126)
+
+
+def exp_shifted(b: ir.IRBuilder, t: ir.Value) -> ir.Value:
+    """e^t for f32 t ≤ 0 or NaN (softmax's x − max): `exp` bit for bit down to −87.3, 0 below (where
+    e^t < 1.22e−38), NaN kept — no overflow path, one scaling by 2^n instead of `ldexp`'s two."""
+    low = b.fcmp_ordered("<", t, splat_like(t, EXP_FLUSH_F32))
+    n = rint(b, b.fmul(maxnum(b, t, splat_like(t, EXP_FLUSH_F32)), splat_like(t, 1.0 / math.log(2.0))))
+    r = fma(b, n, splat_like(t, -LN2_HI[F32]), t)   # from t itself, so a NaN lane stays NaN
+    r = fma(b, n, splat_like(t, -LN2_LO[F32]), r)
+    p = b.fadd(_expm1_poly(b, r), splat_like(t, 1.0))
+    return b.select(low, splat_like(t, 0.0), b.fmul(p, pow2i(b, _to_int(b, n), F32)))
+
+
 def _exp_with_tail(b: ir.IRBuilder, hi: ir.Value, c0: ir.Value, rest: ir.Value) -> ir.Value:
     """e^(hi + c0 + rest) for an exact hi ∈ [−110, 0] and |c0|, |rest| ≲ 3 (erfc: e^(−x²+g)).
 
