@@ -66,11 +66,31 @@ class Lowering:
 
 LOWERINGS: dict[type[Thunk], Lowering] = {}
 
-SHARED_BODY_KINDS = frozenset({"Copy", "CopyF64", "CopyI64", "ElementwiseRegion"})
+SHARED_BODY_KINDS = frozenset({
+    "Copy", "CopyF64", "CopyI64", "ElementwiseRegion",
+    # elementwise walks, activation backward
+    "BinaryFull", "BinaryFullF64", "BinaryFullC64", "BiasAdd", "ActivationInPlace", "ActivationF64", "ActivationC64",
+    "Compare", "Where", "Fma", "SgdMomentum", "ComplexNormSqF32", "ComplexNormSqBackwardF32", "ConjugateC64",
+    "SplineActivation", "ReluBackward", "ReluBackwardF64", "ActivationBackward", "ActivationBackwardF64",
+    # casts
+    "CastF32ToI64", "CastF32ToF64", "CastF64ToF32", "CastF64ToI64", "CastF64ToI32", "CastF64ToBool", "CastI64ToI32",
+    "CastI64ToF64", "CastI32ToF64", "CastF32ToF16", "CastF16ToF32", "CastF32ToBf16", "CastBf16ToF32", "CastF32ToI32",
+    "CastI64ToF32", "CastBoolToI32", "CastBoolToF32", "CastF32ToBool", "CastI32ToF32", "CastI32ToI64", "CastI32ToBool",
+    "CastI64ToBool", "CastBoolToI64", "CastGeneric", "RoundHalf",
+    # movement, indexing, rotary
+    "Narrow", "KvAppend", "Transpose", "TransposeF64", "Reverse", "Concat", "ConcatF64", "ResizeNearest2x",
+    "Interpolate3d", "Im2Col", "Gather", "GatherAxis", "GatherNd", "GatherElements", "ScatterAdd", "ScatterNd",
+    "ScatterElements", "GatherBackward", "Rope", "RopeBackward", "AxialRope2d", "FusedSwiGLU",
+    # matrix products
+    "Sgemm", "SgemmT", "Dgemm", "CgemmC64", "BatchedSgemm", "BatchedDgemmF64", "SgemmBf16", "SgemmF16", "SgemmHalf",
+    "FusedMmBiasAct", "LoraMatMul", "Conv2D1x1", "GroupedMatMul", "SynthMatMul",
+})
 """Kinds audited for shared bodies (their lowerings share bodies whatever their decorator says): they
-reach the arena only through `ctx.addr`/`load`/`store`/`ArenaRef`, and look at an offset's value only
-to compare it for equality or overlap with another, or modulo a divisor of 64 (`ir_emit.shared_bodies`).
-Repeated, they cost a table row each (`codegen.TableRows`), not a function."""
+reach the arena only through `ctx.addr`/`load`/`store`/`ArenaRef`, look at an offset's value only to
+compare it for equality or overlap with another, or modulo a divisor of 64, and emit no `contract`/
+`reassoc` float math, whose rounding LLVM may choose by what it proves about aliasing (so norms,
+softmax, reductions, losses and quantization are not here; `ir_emit.shared_bodies`).  Repeated, they
+cost a table row each (`codegen.TableRows`), not a function."""
 
 
 def lowering(*classes: type[Thunk], path: str = "llvm", check: Callable | None = None, inplace: bool = False,
