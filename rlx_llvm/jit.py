@@ -22,10 +22,12 @@ Every LLVM trap we know of is handled here, where it lives (see docs/architectur
   threads (the tiered O3 build, docs/compile.md) never share one and nothing piles up.  Target
   machines are per thread too; engines are created and loaded under one lock.
 * llvmlite runs every C call under one process-wide lock, so two compiles would take turns.  The
-  calls that do a compile's work (parse, verify, passes, codegen, print) touch only the module's
-  own context and this thread's TargetMachine and PassBuilder, which LLVM allows on several
-  threads at once: `_unlocked` calls them without the lock.  That is what lets the parts of a big
-  module (`rlx_llvm.partition`) compile in parallel (`compile_parts`).
+  calls that do a compile's work (parse, verify, passes, codegen) touch only the module's own
+  context and this thread's TargetMachine and PassBuilder, which LLVM allows on several threads at
+  once: `_unlocked` calls them without the lock.  That is what lets the parts of a big module
+  (`rlx_llvm.partition`) compile in parallel (`compile_parts`).  Printing a module stays under
+  the lock: llvmlite's printer sets the process-wide locale to "C" and restores it, and two at
+  once can leave the process in "C" (Python then reads files as ASCII).
 """
 from __future__ import annotations
 
@@ -266,12 +268,6 @@ def _emit_object(machine, mod) -> bytes:
         ffi.lib.LLVMPY_DisposeMemoryBuffer(buf)
 
 
-def _module_text(mod) -> str:
-    with ffi.OutputString() as out:
-        _unlocked("LLVMPY_PrintModuleToString")(mod, out)
-        return str(out)
-
-
 def parse_and_verify(ir_text: str, context=None):
     """Parse textual IR (into `context`, default the global one) and verify it (raises RlxError;
     never lets bad IR reach the optimizer)."""
@@ -453,7 +449,7 @@ def _compile(ir_text: str, key: str, passes: Callable, codegen_opt: int,
         t2 = time.perf_counter()
         obj = _emit_object(compile_target_machine(codegen_opt), mod)
         t3 = time.perf_counter()
-        optimized_ir = _module_text(mod)
+        optimized_ir = str(mod)   # under llvmlite's lock: its printer switches the process locale to "C" and back
     return ObjectCode(key, obj, optimized_ir, externals,
                       {"parse_verify": (t1 - t0) * 1e3, "optimize": (t2 - t1) * 1e3,
                        "codegen": (t3 - t2) * 1e3})

@@ -4,6 +4,7 @@ the program computes the same bits as from one part."""
 from __future__ import annotations
 
 import ctypes
+import locale
 import re
 
 import llvmlite.binding as llvm
@@ -250,7 +251,9 @@ def test_parts_compiled_while_emitting_give_the_same_bits(chosen, monkeypatch, c
     expected = run(ex, compiled(ex, monkeypatch, 1))
     monkeypatch.setattr(program, "STREAM_PART_CHARS", 1)
     monkeypatch.setattr(program, "STREAM_CHECK_EVERY", 1)
+    locale_before = locale.setlocale(locale.LC_ALL)
     prog = compiled(ex, monkeypatch, 2)
+    assert locale.setlocale(locale.LC_ALL) == locale_before   # printers at once once left the process in "C"
     assert run(ex, prog) == expected
     parts = len(prog._code.parts)
     assert parts > len(plain.schedule.thunks) // 2 if case == "plain" else parts == 2
