@@ -150,27 +150,44 @@ def _attention_units(ctx: EmitContext, t, start: ir.Value, stop: ir.Value) -> No
 
 
 def _transpose_keys(ctx: EmitContext, t, kt: int, k_row0, k_step: int) -> None:
-    """`Kt[d, j] = K[j, d]` of this unit's KV head, into scratch (`[head_dim, kv_seq]`): blocks of W
-    keys, each `Kt` row segment gathered from W scalar loads (rows that stay in L1) and stored as
-    one vector — strided scalar stores would hit the same L1 sets over and over."""
+    """`Kt[d, j] = K[j, d]` of this unit's KV head, into scratch (`[head_dim, kv_seq]`): W×W blocks
+    of W key-row vectors transposed in registers (shuffles); the ragged edges by scalar loads."""
     b = ctx.b
     base = _scratch_at(ctx, kt)
-    w, kv = ctx.lanes, t.kv_seq
-    main = kv - kv % w
-    vty = ir.VectorType(F32, w)
-    if main:
+    w, kv, hd = ctx.lanes, t.kv_seq, t.head_dim
+    main, dmain = kv - kv % w, hd - hd % w
+    key = lambda j, d: iadd(b, iadd(b, k_row0, imul(b, j, k_step)), d)
+    if main and dmain:
         with ctx.for_range(0, main, w, name="ktj") as j0:
-            with ctx.for_range(0, t.head_dim, name="ktd") as d:
+            with ctx.for_range(0, dmain, w, name="ktd") as d0:
+                rows = [ctx.load(t.k, F32, key(iadd(b, j0, r), d0), w) for r in range(w)]
+                for d, x in enumerate(_transpose_block(b, rows)):
+                    ctx.store(0, x, iadd(b, imul(b, iadd(b, d0, d), kv), j0), base=base)
+    if main and hd > dmain:
+        vty = ir.VectorType(F32, w)
+        with ctx.for_range(0, main, w, name="ktj") as j0:
+            with ctx.for_range(dmain, hd, name="ktdt") as d:
                 x = ir.Constant(vty, None)
                 for lane in range(w):
-                    at = iadd(b, iadd(b, k_row0, imul(b, iadd(b, j0, lane), k_step)), d)
-                    x = b.insert_element(x, ctx.load(t.k, F32, at), I32(lane))
+                    x = b.insert_element(x, ctx.load(t.k, F32, key(iadd(b, j0, lane), d)), I32(lane))
                 ctx.store(0, x, iadd(b, imul(b, d, kv), j0), base=base)
     if kv > main:
         with ctx.for_range(main, kv, name="ktt") as j:
-            row = iadd(b, k_row0, imul(b, j, k_step))
-            with ctx.for_range(0, t.head_dim, name="ktdt") as d:
-                ctx.store(0, ctx.load(t.k, F32, iadd(b, row, d)), iadd(b, imul(b, d, kv), j), base=base)
+            with ctx.for_range(0, hd, name="ktdt") as d:
+                ctx.store(0, ctx.load(t.k, F32, key(j, d)), iadd(b, imul(b, d, kv), j), base=base)
+
+
+def _transpose_block(b: ir.IRBuilder, rows: list) -> list:
+    """The W×W transpose of W `<W x float>` rows: log2(W) rounds pairing row i with row i + W/2 by
+    interleaving shuffles (lanes 0..W−1 of the zip, then W..2W−1)."""
+    w = len(rows)
+    idx = lambda lst: ir.Constant(ir.VectorType(I32, w), [ir.Constant(I32, v) for v in lst])
+    lo = idx([(k // 2) + (k % 2) * w for k in range(w)])
+    hi = idx([w // 2 + (k // 2) + (k % 2) * w for k in range(w)])
+    for _ in range(w.bit_length() - 1):
+        rows = [x for i in range(w // 2) for x in (b.shuffle_vector(rows[i], rows[i + w // 2], lo),
+                                                     b.shuffle_vector(rows[i], rows[i + w // 2], hi))]
+    return rows
 
 
 def _query_block(ctx: EmitContext, t, i0, rows: int, kt: int, scores: int, rinvs: int, bi, u, q0, q_step: int,

@@ -131,6 +131,9 @@ def build() -> Suite:
     for heads, kvh, seq in ((12, 1, 2), (16, 2, 1)):  # a group wider than MAX_GROUP: one unit per query head
         add_attention(s, f"attn-wide-group{heads}x{kvh}-s{seq}", batch=2, seq=seq, kv_seq=9, heads=heads,
                       kv_heads=kvh, head_dim=8, mask=MaskKind.Bias)
+    for kind in (MaskKind.None_, MaskKind.Causal):  # tiled: whole W×W key blocks and panels, then ragged ends
+        add_attention(s, f"attn-tiles-{mask_name(kind)}", batch=1, seq=5 * W + 3, heads=2, head_dim=4 * W + 3,
+                      v_head_dim=4 * W, mask=kind)
     add_attention(s, "attn-padded-rows", batch=2, seq=6, heads=2, kv_heads=1, head_dim=8, pad=5,
                   mask=MaskKind.Custom)
     add_attention(s, "attn-fused-qkv", batch=2, seq=7, heads=3, head_dim=16, fused=True, mask=MaskKind.Causal)
