@@ -25,6 +25,7 @@ import typing
 from typing import Annotated, Any, ClassVar, Iterable, NamedTuple
 
 from .._sumtype import SumType, from_jsonable, to_jsonable
+from .._sumtype import _type_hints as _sumtype_hints
 from ..errors import ValidationError
 from ..limits import LimitError
 
@@ -351,6 +352,16 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+@functools.cache
+def _payload_fields(cls: type) -> tuple[tuple[str, Any], ...]:
+    """A sum-type variant's payload fields and their hints, evaluated once per class (a region's
+    chain checks several payloads per thunk)."""
+    if not dataclasses.is_dataclass(cls):
+        return ()
+    hints = _sumtype_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+
+
 def _check(value: Any, hint: Any, path: str, field: str, kind: str) -> None:
     """Raise ValidationError unless `value` fits `hint` (the Rust type it stands for)."""
     def fail(why: str = "") -> typing.NoReturn:
@@ -409,10 +420,8 @@ def _check(value: Any, hint: Any, path: str, field: str, kind: str) -> None:
     if isinstance(bare, type) and issubclass(bare, SumType):
         if not isinstance(value, bare):
             fail()
-        if dataclasses.is_dataclass(value):
-            payload_hints = typing.get_type_hints(type(value))
-            for f in dataclasses.fields(value):
-                _check(getattr(value, f.name), payload_hints[f.name], f"{path}.{f.name}", field, kind)
+        for name, payload_hint in _payload_fields(type(value)):
+            _check(getattr(value, name), payload_hint, f"{path}.{name}", field, kind)
         return
     from ..schedule import ThunkSchedule
     if bare is ThunkSchedule:
