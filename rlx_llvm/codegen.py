@@ -312,11 +312,34 @@ class ModuleBuilder:
             b.position_at_end(ok)
         b.ret(I64(0))
 
+    def _one_row(self, b: ir.IRBuilder, drv: ir.Function, rows: "TableRows") -> None:
+        """A run of one row (a thunk whose shape no neighbour shares): fill its field table with
+        constant addresses and call the body — no table, no loop (2 000 distinct shapes would
+        otherwise make the driver the module's largest function)."""
+        arena, scratch = drv.args
+        first = rows.first
+        note = f"{drv.name}: thunk {first} calls body {rows.body.name}"
+        self.module.add_named_metadata("rlx.thunks", [ir.MetaDataString(self.module, note)])
+        with b.goto_entry_block():
+            fields = b.alloca(ir.ArrayType(PTR, 1 + rows.width), name=f"fields.t{first}")
+        for k, base in enumerate([0, *rows.bases[:rows.width]]):
+            at = b.gep(arena, [I64(base)], source_etype=ir.IntType(8), inbounds=True)
+            b.store(at, b.gep(fields, [I32(0), I32(k)], inbounds=True))
+        status = b.call(rows.body, [fields, scratch])
+        failed = drv.append_basic_block(f"failed.t{first}")
+        ok = drv.append_basic_block(f"after.t{first}")
+        b.cbranch(b.icmp_unsigned("!=", status, I32(0)), failed, ok)
+        b.position_at_end(failed)
+        b.ret(b.or_(I64((first + 1) << 32), b.zext(status, I64)))
+        b.position_at_end(ok)
+
     def _row_loop(self, b: ir.IRBuilder, drv: ir.Function, rows: "TableRows") -> None:
         """For each row r of `@<segment>.rows<first>` (thunk first + r; the table is flat, row r at
         r·width): fill the field table (`fields[0]` = the arena, `fields[k]` = arena + base k) and
         call the body."""
         first, width, body = rows.first, rows.width, rows.body
+        if rows.count == 1:
+            return self._one_row(b, drv, rows)
         name = f"{drv.name}.rows{first}"
         if width:
             table = ir.GlobalVariable(self.module, ir.ArrayType(I64, len(rows.bases)), name=name)
