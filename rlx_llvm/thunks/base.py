@@ -282,18 +282,52 @@ def _hints(cls: type, extras: bool = False) -> dict[str, Any]:
 
 def _split(hint: Any) -> tuple[Any, tuple]:
     """(bare type, Annotated metadata)."""
+    try:
+        return _split_cached(hint)
+    except TypeError:  # an unhashable hint: work it out each time
+        return _split_uncached(hint)
+
+
+def _split_uncached(hint: Any) -> tuple[Any, tuple]:
     if typing.get_origin(hint) is Annotated:
         return hint.__origin__, hint.__metadata__
     return hint, ()
 
 
+_split_cached = functools.cache(_split_uncached)
+
+
 def _optional(hint: Any) -> Any:
     """The inner type of `T | None`, or None if `hint` is not optional."""
+    try:
+        return _optional_cached(hint)
+    except TypeError:
+        return _optional_uncached(hint)
+
+
+def _optional_uncached(hint: Any) -> Any:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         if len(args) == 1:
             return args[0]
     return None
+
+
+_optional_cached = functools.cache(_optional_uncached)
+
+
+@functools.cache
+def _tuple_args(hint: Any) -> "tuple | None":
+    """`typing.get_args` of a `tuple[...]` hint, or None for any other hint (hints are looked at
+    once per class of value, not once per value: a region's chain has dozens)."""
+    return typing.get_args(hint) if typing.get_origin(hint) is tuple else None
+
+
+def _tuple_of(hint: Any) -> "tuple | None":
+    try:
+        return _tuple_args(hint)
+    except TypeError:
+        return typing.get_args(hint) if typing.get_origin(hint) is tuple else None
 
 
 def _coerce(value: Any, hint: Any) -> Any:
@@ -304,12 +338,12 @@ def _coerce(value: Any, hint: Any) -> Any:
         return value if value is None else _coerce(value, inner)
     if hint is bytes:
         return bytes(value) if isinstance(value, (bytearray, memoryview)) else value
-    if typing.get_origin(hint) is tuple:
+    args = _tuple_of(hint)
+    if args is not None:
         if isinstance(value, (list, bytes, bytearray)):
             value = tuple(value)
         if not isinstance(value, tuple):
             return value
-        args = typing.get_args(hint)
         elems = ([args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else args)
         fixed = tuple(_coerce(v, a) for v, a in zip(value, elems)) + value[len(elems):]
         return value if all(a is b for a, b in zip(fixed, value)) else fixed
@@ -397,10 +431,10 @@ def _check(value: Any, hint: Any, path: str, field: str, kind: str) -> None:
         if not isinstance(value, bare):
             fail()
         return
-    if typing.get_origin(bare) is tuple:
+    args = _tuple_of(bare)
+    if args is not None:
         if not isinstance(value, tuple):
             fail()
-        args = typing.get_args(bare)
         if len(args) == 2 and args[1] is Ellipsis:
             fixed = next((m.n for m in meta if isinstance(m, FixedLen)), None)
             if fixed is not None and len(value) != fixed:
