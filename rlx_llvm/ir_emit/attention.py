@@ -89,7 +89,7 @@ def attention(ctx: EmitContext, t) -> None:
 
 
 TILE_MIN_SEQ = 8          # query rows from which Q·Kᵀ and P·V run as register-tile GEMMs
-BLOCK_BYTES = 32 << 10   # score block (query rows × kv_seq) of the tiled path, per thread: L1-sized
+BLOCK_BYTES = 256 << 10  # score block (query rows × kv_seq) of the tiled path, per thread
 MAX_GROUP = 8             # GQA decode: query heads sharing one pass over their KV head's K and V
 CAUSAL_BLOCK = 48         # query rows per block under Causal/Sliding masks
 
