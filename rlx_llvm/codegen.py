@@ -303,13 +303,7 @@ class ModuleBuilder:
                     self._row_loop(b, drv, fn)
                 last = fn
                 continue
-            status = b.call(fn, list(drv.args))
-            failed = drv.append_basic_block(f"failed.t{index}")
-            ok = drv.append_basic_block(f"after.t{index}")
-            b.cbranch(b.icmp_unsigned("!=", status, I32(0)), failed, ok)
-            b.position_at_end(failed)
-            b.ret(b.or_(I64((index + 1) << 32), b.zext(status, I64)))
-            b.position_at_end(ok)
+            _call_or_return(b, drv, fn, list(drv.args), index)
         b.ret(I64(0))
 
     def _one_row(self, b: ir.IRBuilder, drv: ir.Function, rows: "TableRows") -> None:
@@ -325,13 +319,7 @@ class ModuleBuilder:
         for k, base in enumerate([0, *rows.bases[:rows.width]]):
             at = b.gep(arena, [I64(base)], source_etype=ir.IntType(8), inbounds=True)
             b.store(at, b.gep(fields, [I32(0), I32(k)], inbounds=True))
-        status = b.call(rows.body, [fields, scratch])
-        failed = drv.append_basic_block(f"failed.t{first}")
-        ok = drv.append_basic_block(f"after.t{first}")
-        b.cbranch(b.icmp_unsigned("!=", status, I32(0)), failed, ok)
-        b.position_at_end(failed)
-        b.ret(b.or_(I64((first + 1) << 32), b.zext(status, I64)))
-        b.position_at_end(ok)
+        _call_or_return(b, drv, rows.body, [fields, scratch], first)
 
     def _row_loop(self, b: ir.IRBuilder, drv: ir.Function, rows: "TableRows") -> None:
         """For each row r of `@<segment>.rows<first>` (thunk first + r; the table is flat, row r at
@@ -375,6 +363,18 @@ class ModuleBuilder:
         b.position_at_end(failed)
         b.ret(b.or_(b.shl(b.add(r, I64(first + 1)), I64(32)), b.zext(status, I64)))
         b.position_at_end(done)
+
+
+def _call_or_return(b: ir.IRBuilder, drv: ir.Function, fn: ir.Function, args: list, index: int) -> None:
+    """Call thunk `index`'s function; on a non-zero status return (index + 1) << 32 | status from
+    the driver, else carry on after the call."""
+    status = b.call(fn, args)
+    failed = drv.append_basic_block(f"failed.t{index}")
+    ok = drv.append_basic_block(f"after.t{index}")
+    b.cbranch(b.icmp_unsigned("!=", status, I32(0)), failed, ok)
+    b.position_at_end(failed)
+    b.ret(b.or_(I64((index + 1) << 32), b.zext(status, I64)))
+    b.position_at_end(ok)
 
 
 @dataclass
