@@ -126,7 +126,9 @@ class UnregisteredCustomOp(UnsupportedThunkError):
 
 def _retire(entry: CustomKernel) -> None:
     """Make `entry`'s symbols unresolvable (warm starts miss) while keeping its code alive."""
-    llvm.add_symbol(entry.marker if entry.kind == "llvm" else entry.symbol, 0)
+    name = entry.marker if entry.kind == "llvm" else entry.symbol
+    llvm.add_symbol(name, 0)
+    jit.forget_symbol(name)
     _retired.append(entry)
 
 

@@ -303,6 +303,12 @@ def _parsed(ir_text: str):
 SYMBOL_PROVIDERS: list[Callable[[], None]] = []
 
 
+def forget_symbol(name: str) -> None:
+    """`name` was re-bound to NULL (a retired CustomOp kernel): look it up afresh next time, so a
+    warm start that would call it misses the cache instead of loading a call to NULL."""
+    _resolved.discard(name)
+
+
 def missing_symbols(names: "list[str] | tuple[str, ...]") -> list[str]:
     """The names the process cannot provide, after every symbol provider has had its chance.
 
@@ -333,7 +339,7 @@ def missing_symbols(names: "list[str] | tuple[str, ...]") -> list[str]:
 
 
 _resolved: set[str] = set()
-"""Symbols found once (libraries are loaded and symbols added for good): not looked up again, so a
+"""Symbols found once (libraries stay loaded; a retired CustomOp kernel is `forget_symbol`-ed): not looked up again, so a
 compile thread does not wait for the GIL once per external."""
 
 
