@@ -22,7 +22,7 @@ import math
 import struct
 import types
 import typing
-from typing import Annotated, Any, ClassVar, Iterable, NamedTuple
+from typing import Annotated, Any, Callable, ClassVar, Iterable, NamedTuple
 
 from .._sumtype import SumType, from_jsonable, to_jsonable
 from .._sumtype import _type_hints as _sumtype_hints
@@ -136,11 +136,10 @@ class Thunk:
 
     def check_fields(self) -> None:
         """Raise ValidationError if a field has the wrong Python type or leaves its Rust type's range."""
-        for name, bounds, hint in _field_checks(type(self)):
+        for name, fits, hint in _field_fits(type(self)):
             value = getattr(self, name)  # not `self.__dict__`: reading it makes CPython build a dict per thunk
-            if bounds is not None and type(value) is int and bounds[0] <= value <= bounds[1]:
-                continue  # the common case, without `_check`'s dispatch on the hint
-            _check(value, hint, name, name, self.kind_name)
+            if not fits(value):  # rare: `_check` decides, and words the error
+                _check(value, hint, name, name, self.kind_name)
 
     @property
     def kind_name(self) -> str:
@@ -251,15 +250,10 @@ def _field_names(cls: type) -> tuple[str, ...]:
 
 
 @functools.cache
-def _field_checks(cls: type) -> tuple[tuple[str, "tuple[int, int] | None", Any], ...]:
-    """Per field: its name, the inclusive range of a plain Rust integer field (None for any other
-    field), and its hint for `_check`, in field order (so the first bad field is the one reported)."""
-    checks = []
-    for name, hint in _hints(cls, extras=True).items():
-        bare, meta = _split(hint)
-        rust = next((m for m in meta if isinstance(m, RustInt)), _PAYLOAD_INT) if bare is int else None
-        checks.append((name, None if rust is None else (rust.lo, rust.hi), hint))
-    return tuple(checks)
+def _field_fits(cls: type) -> tuple[tuple[str, "Callable[[Any], bool]", Any], ...]:
+    """Per field, in field order (so the first bad field is the one reported): its name, the
+    predicate `_fits` built for its hint once per class, and the hint for `_check`."""
+    return tuple((name, _fits(hint), hint) for name, hint in _hints(cls, extras=True).items())
 
 
 @functools.cache
@@ -394,6 +388,74 @@ def _payload_fields(cls: type) -> tuple[tuple[str, Any], ...]:
         return ()
     hints = _sumtype_hints(cls)
     return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+
+
+F32_MAX = 3.4028234663852886e38
+"""The largest finite f32: every number within ±F32_MAX packs as an f32."""
+
+_INT_ONLY = frozenset({int})
+
+
+def _fits(hint: Any) -> "Callable[[Any], bool]":
+    """A predicate for `hint`, built once per class and hint (as `dataclasses` builds `__init__` once
+    per class), so checking a thunk does not interpret its type hints again.  It returns True only
+    for values `_check` accepts; False means "look closer" (a rare type, an out-of-range value, a
+    nested schedule) and `_check` then decides and words the error — so the errors are `_check`'s."""
+    bare, meta = _split(hint)
+    inner = _optional(bare)
+    if inner is not None:
+        fits_inner = _fits(inner)
+        return lambda v: v is None or fits_inner(v)
+    if bare is bool:
+        return lambda v: v is True or v is False
+    if bare is int:
+        lo, hi = _int_range(meta)
+        return lambda v: type(v) is int and lo <= v <= hi
+    if bare is float:
+        bound = F32_MAX if F32_KIND in meta else math.inf  # ±inf and NaN go to `_check` (rare)
+        return lambda v: (type(v) is float or type(v) is int) and -bound <= v <= bound
+    if bare in (str, bytes):
+        return lambda v: type(v) is bare
+    args = _tuple_of(bare)
+    if args is not None:
+        return _fits_tuple(args, next((m.n for m in meta if isinstance(m, FixedLen)), None))
+    if isinstance(bare, type) and issubclass(bare, SumType):
+        return lambda v: isinstance(v, bare) and _payload_fits(type(v))(v)
+    from ..schedule import ThunkSchedule
+    if bare is ThunkSchedule:
+        return lambda v: False  # `_check` walks the nested thunks
+    if isinstance(bare, type):
+        return lambda v: isinstance(v, bare)
+    return lambda v: True
+
+
+def _int_range(meta: tuple) -> tuple[int, int]:
+    """The inclusive range of an int hint: its Rust type's, or a plain payload int's (a usize)."""
+    rust = next((m for m in meta if isinstance(m, RustInt)), _PAYLOAD_INT)
+    return rust.lo, rust.hi
+
+
+def _fits_tuple(args: tuple, fixed_len: "int | None") -> "Callable[[Any], bool]":
+    """`_fits` of `tuple[T, ...]` (of `fixed_len` entries if given) or `tuple[A, B, …]`."""
+    if not (len(args) == 2 and args[1] is Ellipsis):
+        parts = tuple(_fits(a) for a in args)
+        return lambda v: type(v) is tuple and len(v) == len(parts) and all(p(x) for p, x in zip(parts, v))
+    def right_length(v: Any) -> bool:
+        return type(v) is tuple and (fixed_len is None or len(v) == fixed_len)
+    bare, meta = _split(args[0])
+    if bare is int:  # offsets, dims, strides: the whole tuple at C speed
+        lo, hi = _int_range(meta)
+        return lambda v: right_length(v) and (not v or set(map(type, v)) == _INT_ONLY and lo <= min(v)
+                                              and max(v) <= hi)
+    each = _fits(args[0])
+    return lambda v: right_length(v) and all(map(each, v))
+
+
+@functools.cache
+def _payload_fits(variant: type) -> "Callable[[Any], bool]":
+    """`_fits` of a sum-type variant's payload fields (once per variant class)."""
+    fields = tuple((name, _fits(hint)) for name, hint in _payload_fields(variant))
+    return lambda v: all(fits(getattr(v, name)) for name, fits in fields)
 
 
 def _check(value: Any, hint: Any, path: str, field: str, kind: str) -> None:

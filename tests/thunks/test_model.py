@@ -385,3 +385,26 @@ def test_check_fields_accepts_edge_values():
     dataclasses.replace(QMM, mult=float("inf")).check_fields()
     dataclasses.replace(GATHER, table_bytes=255).check_fields()
     region(input_modulus=(3,), scalar_input_mask=2**32 - 1).check_fields()
+
+
+# A value of every shape a field may be given, right or wrong (the predicates are built per hint).
+PROBES = [None, True, False, 0, 1, -1, 255, 256, 2**31, -2**31 - 1, 2**32, 2**64 - 1, 2**64, 0.0, -0.0, 1.5,
+          3.4028234663852886e38, 1e39, float("inf"), float("nan"), "x", b"x", (), (0,), (1, 2), (True,),
+          (-1,), (0,) * 16, (0,) * 17, (0, 0, ()), (0.5,), BinaryOp.Add, LaneKind.F32, DType.F32, MaskKind.Causal,
+          MaskKind.SlidingWindow(-3), MaskKind.SlidingWindow(3), S.Binary(BinaryOp.Add, In.Input(0), In.Step(1)),
+          (S.Binary(BinaryOp.Add, In.Input(0), "x"),), (S.Activation(Activation.Relu, In.Input(0)),),
+          QuantScheme.Int8Block(block_size=32), ScaleMode.EMA(decay=0.5), ThunkSchedule([], arena_bytes=0)]
+
+
+def test_field_predicates_accept_only_what_check_accepts():
+    """check_fields' per-class predicates (built once per hint) are a fast path: where one says a
+    value fits, the full check must agree — so errors always come from `_check`, worded as before."""
+    from rlx_llvm.thunks.base import _check, _field_fits
+    accepted = 0
+    for cls in set(T.Thunk._registry.values()):
+        for name, fits, hint in _field_fits(cls):
+            for value in PROBES:
+                if fits(value):
+                    _check(value, hint, name, name, cls.__name__)  # must not raise
+                    accepted += 1
+    assert accepted > 1000  # the probes reach the fast path of most fields
