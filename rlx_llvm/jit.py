@@ -433,11 +433,18 @@ def cached_object(ir_text: str, opt: int, cache: "ObjectCache | None") -> Object
     return hit if hit is not None and not missing_symbols(hit.externals) else None
 
 
-def compile_quick(ir_text: str, *, opt: int = 3, provided: "frozenset[str]" = frozenset()) -> ObjectCode:
+def compile_quick(ir_text: str, *, opt: int = 3, provided: "frozenset[str]" = frozenset(),
+                  borrow: bool = True) -> ObjectCode:
     """IR text → object code in a fraction of `compile_ir`'s time (SROA, then SelectionDAG codegen
     at -O1, which still fuses `contract` multiply-adds as -O3 does); the first tier of tiered
-    compilation.  Its `key` is the O`opt` key of the same IR; it is never cached."""
-    code = _compile(ir_text, cache_key(ir_text, opt), _quick_passes, 1, provided)
+    compilation.  Its `key` is the O`opt` key of the same IR; it is never cached.  With `borrow`,
+    the GEMM tiles and packers come from the process's kernel library (`kernel_library`), compiled
+    once for every module."""
+    key = cache_key(ir_text, opt)
+    if borrow:
+        from . import kernel_library
+        ir_text = kernel_library.borrow(ir_text, compile_quick)
+    code = _compile(ir_text, key, _quick_passes, 1, provided)
     code.quick = True
     return code
 
