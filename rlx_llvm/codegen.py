@@ -252,7 +252,7 @@ class ModuleBuilder:
         """The body shared by every thunk with `thunk`'s canonical form (`ir_emit.shared_bodies`),
         emitted as `<name>.body` on first use, its context, and `thunk`'s buffer bases."""
         form, bases = shared_bodies.canonical(thunk)
-        key = (repr(form), self._consts if schedule is self.schedule else _constants(schedule))
+        key = (shared_bodies.body_key(form), self._consts if schedule is self.schedule else _constants(schedule))
         if key not in self.bodies:
             body = self._function(f"{name}.body")
             body.args[0].name = "fields"

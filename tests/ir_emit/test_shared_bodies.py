@@ -12,7 +12,7 @@ import rlx_llvm as rl
 from rlx_llvm import registry, testing
 from rlx_llvm import thunks as T
 from rlx_llvm.ir_emit.context import FIELD_STRIDE
-from rlx_llvm.ir_emit.shared_bodies import buffer_fields, canonical
+from rlx_llvm.ir_emit.shared_bodies import body_key, buffer_fields, canonical
 from rlx_llvm.ops import BinaryOp, ChainOperand as In, ChainStep as S, MaskKind
 from rlx_llvm.thunks.base import USIZE_MAX
 from tests.harness import Suite, bert_inputs
@@ -35,6 +35,24 @@ def test_canonical_form_keeps_aliasing_alignment_and_absent_buffers():
     assert repr(canonical(moved)[0]) == repr(form)                # same shape elsewhere: same body
     assert repr(canonical(_block(qkv_w=4104, out_w=128, out_b=USIZE_MAX))[0]) != repr(form)
     assert "qkv_w" in buffer_fields(t) and "batch" not in buffer_fields(t)
+
+
+def test_body_key_tells_apart_what_repr_tells_apart():
+    """The key of a shared body: the canonical thunk itself where equality is exact (ints, enums,
+    sum types of those), its repr where a float could compare equal but emit other code."""
+    def region(dst: int, src: int, length: int = 64) -> T.ElementwiseRegion:
+        return T.ElementwiseRegion(dst=dst, len=length, input_offs=(src, src), chain=(
+            S.Binary(BinaryOp.Mul, In.Input(0), In.Input(1)), S.Binary(BinaryOp.Add, In.Step(0), In.Input(0))))
+    a, b = canonical(region(4096, 8192))[0], canonical(region(64 * 500, 64 * 900))[0]
+    assert body_key(a) is a and body_key(a) == body_key(b)
+    assert body_key(canonical(region(4096, 8192, length=65))[0]) != body_key(a)
+    assert body_key(canonical(region(4096, 4096))[0]) != body_key(a)  # aliasing is part of the form
+
+    def sgd(lr: float) -> T.SgdMomentum:
+        return T.SgdMomentum(param=0, vel=256, grad=512, p_out=0, v_out=256, lr=lr, mom=0.9, len=64)
+    zero, minus_zero = canonical(sgd(0.0))[0], canonical(sgd(-0.0))[0]
+    assert zero == minus_zero and body_key(zero) != body_key(minus_zero) == repr(minus_zero)
+    assert body_key(canonical(sgd(1))[0]) != body_key(canonical(sgd(1.0))[0])
 
 
 def _layer_at(s: Suite, shift: int, **shape) -> tuple[T.FusedBertLayer, tuple]:
