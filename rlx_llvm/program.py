@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import dataclasses
+import gc
 import os
 import queue
 import threading
@@ -148,6 +150,21 @@ def _streaming(tiered: "bool | None", opt_level: int) -> bool:
     return pool.get_threads() >= 2 and not _tiering(tiered, opt_level, TIER_UP_IR_CHARS)
 
 
+@contextlib.contextmanager
+def _gc_paused():
+    """The cyclic garbage collector held off while a module is emitted: emission allocates ~10⁵
+    llvmlite objects that live until the module is printed, and each full collection on the way
+    walks them and the rest of the process (10–60 ms of a MiniLM shape's ~100 ms emission).  The
+    collector runs as usual afterwards; if it was off already, it stays off."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 class Program:
     """A compiled schedule: `run(arena)` executes it; `report/llvm_ir/asm` inspect it."""
 
@@ -166,7 +183,8 @@ class Program:
         if warm is not None:
             self._start_warm(warm, cache)
         else:
-            self._build(cache, tiered)
+            with _gc_paused():
+                self._build(cache, tiered)
         if self._code is not None:
             t1 = time.perf_counter()
             self._report("load", 0, 1)
