@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from llvmlite import ir
 
 from ..errors import ValidationError
@@ -100,10 +101,17 @@ def _sign(b, x):
     return b.select(pos, splat_like(x, 1.0), b.select(neg, splat_like(x, -1.0), splat_like(x, 0.0)))
 
 
+# tanh Gelu: 2u·log2(e) = x·(A + C·x²) for RLX's f32 constants u = c0·(x + c1·x³); A as two f32 (hi + lo)
+_GELU_A = 2.0 * float(np.float32(0.7978846)) / math.log(2.0)
+GELU_A_HI = float(np.float32(_GELU_A))
+GELU_A_LO, GELU_C = _GELU_A - GELU_A_HI, _GELU_A * float(np.float32(0.044715))
+
+
 def _gelu_tanh(b, x):
-    """0.5·x·(1 + tanh(0.7978846·(x + 0.044715·x³))) written as x·σ(2u)."""
-    inner = vm.fma(b, b.fmul(splat_like(x, 0.044715), x), b.fmul(x, x), x)
-    return b.fmul(x, vm.sigmoid(b, b.fmul(splat_like(x, 2.0 * 0.7978846), inner)))
+    """0.5·x·(1 + tanh u) = x·σ(2u), with v = 2u·log2(e) = x·A_hi + x·(A_lo + C·x²) fed to exp2
+    (`vm.scaled_by_sigmoid2`)."""
+    rest = b.fmul(x, vm.fma(b, b.fmul(x, x), splat_like(x, GELU_C), splat_like(x, GELU_A_LO)))
+    return vm.scaled_by_sigmoid2(b, x, vm.fma(b, x, splat_like(x, GELU_A_HI), rest))
 
 
 def _gelu_erf(b, x):

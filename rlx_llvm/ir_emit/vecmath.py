@@ -34,6 +34,9 @@ EXP_P = {
           0.00019841269875205077, 2.4801587325822283e-05, 2.75572549134867e-06, 2.7557273295539724e-07,
           2.5105419192016337e-08, 2.091483135138041e-09),
 }
+# (2^r − 1)/r, r ∈ [−½, ½]   (f32; `scaled_by_sigmoid2`: 2^r = 1 + r·Q(r), 6 fmas)
+EXP2_Q_F32 = (0.6931471824645996, 0.24022650718688965, 0.05550355091691017, 0.009618080221116543,
+              0.0013392016990110278, 0.0001545416162116453)
 # (log1p(f) − f)/f², f ∈ [√½ − 1, √2 − 1]   (f32)
 LOG_Q_F32 = (-0.4999999701976776, 0.333333283662796, -0.25000813603401184, 0.2000134140253067,
              -0.16625535488128662, 0.14201240241527557, -0.1313554048538208, 0.12754997611045837,
@@ -353,6 +356,37 @@ def expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     res = b.select(big, large, small)
     tiny = b.fcmp_ordered("<", fabs(b, x), splat_like(x, 2.0 ** -(f.mant + 3)))
     return b.select(b.or_(tiny, is_nan(b, x)), x, res)
+
+
+# `scaled_by_sigmoid2`: 2^n comes from the bits of v = t + 1.5·2^23 (its low bits hold n) scaled by
+# 2^SIG2_SCALE, so every n ≥ SIG2_FLOOR = −157 gives a normal 2^(n+30) and n = −157 gives exactly 0.
+ROUND_SHIFTER_F32 = 12582912.0  # 1.5·2^23: t + it rounds t to an integer, kept in the low mantissa bits
+SIG2_SCALE, SIG2_FLOOR = 30, -157.0
+
+
+def scaled_by_sigmoid2(b: ir.IRBuilder, x: ir.Value, v: ir.Value) -> ir.Value:
+    """x·σ(v·ln2) = x/(1 + 2^−v) for f32 (the tanh Gelu): one exp2 on t = −|v| ≥ −157, one division.
+
+    e = 2^t = 2^n·2^r (n = rint t, r = t − n exactly, 2^r = 1 + r·Q(r)) is carried as e·2^30, so it stays
+    normal down to 2^−156 and is exactly 0 from 2^−157 on; the result is x/(1+e) for v ≥ 0 and
+    (x·e·2^30/(1+e))·2^−30 for v < 0, whose last product rounds once into the denormals.  No overflow:
+    |v| = inf or NaN x and v give the IEEE results of the formula (x = −inf → −inf·0 = NaN)."""
+    one = splat_like(x, 1.0)
+    t = b.fneg(fabs(b, v))
+    floor = splat_like(t, SIG2_FLOOR)
+    t = b.select(b.fcmp_ordered(">", t, floor), t, floor)                   # a NaN v gives the floor
+    shifted = b.fadd(t, splat_like(t, ROUND_SHIFTER_F32))
+    n = b.fsub(shifted, splat_like(t, ROUND_SHIFTER_F32))
+    r = b.fsub(t, n)                                                        # exact, |r| ≤ ½
+    exp2_r = fma(b, r, poly(b, r, EXP2_Q_F32), one)
+    bits = to_bits(b, shifted)                                              # n in its low bits
+    scale = from_bits(b, b.shl(b.add(bits, splat_like(bits, 127 + SIG2_SCALE)), splat_like(bits, 23)), F32)
+    e_scaled = b.fmul(exp2_r, scale)                                        # 2^t·2^30
+    one_plus_e = fma(b, e_scaled, splat_like(x, 2.0 ** -SIG2_SCALE), one)
+    negative = b.fcmp_ordered("<", v, splat_like(v, 0.0))
+    numerator = b.fmul(x, b.select(negative, e_scaled, one))
+    unscale = b.select(negative, splat_like(x, 2.0 ** -SIG2_SCALE), one)
+    return b.fmul(b.fdiv(numerator, one_plus_e), unscale)
 
 
 def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
