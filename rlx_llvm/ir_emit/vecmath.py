@@ -368,8 +368,8 @@ def scaled_by_sigmoid2(b: ir.IRBuilder, x: ir.Value, v: ir.Value) -> ir.Value:
     """x·σ(v·ln2) = x/(1 + 2^−v) for f32 (the tanh Gelu): one exp2 on t = −|v| ≥ −157, one division.
 
     e = 2^t = 2^n·2^r (n = rint t, r = t − n exactly, 2^r = 1 + r·Q(r)) is carried as e·2^30, so it stays
-    normal down to 2^−156 and is exactly 0 from 2^−157 on; the result is x/(1+e) for v ≥ 0 and
-    (x·e·2^30/(1+e))·2^−30 for v < 0, whose last product rounds once into the denormals.  No overflow:
+    normal down to 2^−156 and is exactly 0 from 2^−157 on; the result is q = x/(1+e) for v ≥ 0 and
+    (q·e·2^30)·2^−30 for v < 0, whose last product rounds once into the denormals.  No overflow:
     |v| = inf or NaN x and v give the IEEE results of the formula (x = −inf → −inf·0 = NaN)."""
     one = splat_like(x, 1.0)
     t = b.fneg(fabs(b, v))
@@ -383,10 +383,9 @@ def scaled_by_sigmoid2(b: ir.IRBuilder, x: ir.Value, v: ir.Value) -> ir.Value:
     scale = from_bits(b, b.shl(b.add(bits, splat_like(bits, 127 + SIG2_SCALE)), splat_like(bits, 23)), F32)
     e_scaled = b.fmul(exp2_r, scale)                                        # 2^t·2^30
     one_plus_e = fma(b, e_scaled, splat_like(x, 2.0 ** -SIG2_SCALE), one)
-    negative = b.fcmp_ordered("<", v, splat_like(v, 0.0))
-    numerator = b.fmul(x, b.select(negative, e_scaled, one))
-    unscale = b.select(negative, splat_like(x, 2.0 ** -SIG2_SCALE), one)
-    return b.fmul(b.fdiv(numerator, one_plus_e), unscale)
+    q = b.fdiv(x, one_plus_e)
+    tail = b.fmul(b.fmul(q, e_scaled), splat_like(x, 2.0 ** -SIG2_SCALE))
+    return b.select(b.fcmp_ordered("<", v, splat_like(v, 0.0)), tail, q)
 
 
 def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
