@@ -34,6 +34,7 @@ from ..errors import ValidationError
 from ..kernels.blas import BLAS_INT_MAX, Status
 from .blas_calls import FortranArgs
 from .context import ArenaRef, EmitContext, MovableRef, Operand, pointer
+from .printed import define_once
 from .toolkit import (F32, F64, I8, I32, I64, PTR, STORAGE, copy_bytes, entry_alloca, fail_unless, lane_ids, load_lanes,
                       narrow_from_f32, scratch_ptr, splat, store_lanes, suffix, vector_registers, widen_to_f32,
                       zero_bytes)
@@ -347,14 +348,19 @@ def _micro_panel_packer(ctx: EmitContext, ty: ir.Type, rows: int) -> ir.Function
     existing = ctx.module.globals.get(name)
     if existing is not None:
         return existing
-    fn = ir.Function(ctx.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64, I64]), name=name)
+    fnty = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64, I64])
+    return define_once(ctx.module, (name, ctx.lanes), fnty, name, ctx.declare,
+                       lambda fn, declare: _define_packer(ctx, fn, declare, ty, rows))
+
+
+def _define_packer(ctx: EmitContext, fn: ir.Function, declare, ty: ir.Type, rows: int) -> None:
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     fn.attributes.add("noinline")
     for arg in fn.args[:2]:
         arg.add_attribute("noalias")
     src, dst, row_stride, k_stride, kc = fn.args
-    body = EmitContext(ctx.module, fn, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx.declare,
+    body = EmitContext(ctx.module, fn, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, declare,
                        arena=src, scratch=src)
     b = body.b
     with body.for_range(0, kc, name="p") as p:
@@ -363,7 +369,6 @@ def _micro_panel_packer(ctx: EmitContext, ty: ir.Type, rows: int) -> ir.Function
             x = body.load(0, ty, b.add(at, b.mul(I64(i), row_stride)), base=src)
             body.store(0, x, b.add(b.mul(p, I64(rows)), I64(i)), base=dst)
     b.ret_void()
-    return fn
 
 
 def _block(ctx: EmitContext, ty: ir.Type, w: int, dims: tuple[int, int, int], panel: int, width: int,
@@ -477,17 +482,19 @@ class TileShape:
         if existing is not None:
             return existing
         fnty = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, I64, I64, I64, I64, I64, self.ty, self.ty])
-        fn = ir.Function(ctx.module, fnty, name=self.name)
+        return define_once(ctx.module, (self, ctx.lanes), fnty, self.name, ctx.declare,
+                           lambda fn, declare: self._define(ctx, fn, declare))
+
+    def _define(self, ctx: EmitContext, fn: ir.Function, declare) -> None:
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
         fn.attributes.add("noinline")
         for arg in fn.args[:3]:
             arg.add_attribute("noalias")
-        body = EmitContext(ctx.module, fn, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx.declare,
+        body = EmitContext(ctx.module, fn, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, declare,
                            arena=fn.args[0], scratch=fn.args[0])
         self._body(body, *fn.args)
         body.b.ret_void()
-        return fn
 
     def _body(self, ctx: EmitContext, a, b, c, a_row, a_col, ldb, ldc, k, tail, alpha, beta) -> None:
         bld, w, nv = ctx.b, self.w, self.vectors
