@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 
 import numpy as np
 
@@ -98,9 +99,9 @@ class LaneKind(enum.Enum):
     Bf16 = "Bf16"
     F64 = "F64"
 
-    @property
+    @functools.cached_property
     def itemsize(self) -> int:
-        """Bytes per lane."""
+        """Bytes per lane (worked out once per member: a region's extents ask once per input)."""
         return {"F32": 4, "F16": 2, "Bf16": 2, "F64": 8}[self.value]
 
     @property

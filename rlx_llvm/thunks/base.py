@@ -453,9 +453,13 @@ def _fits_tuple(args: tuple, fixed_len: "int | None") -> "Callable[[Any], bool]"
 
 @functools.cache
 def _payload_fits(variant: type) -> "Callable[[Any], bool]":
-    """`_fits` of a sum-type variant's payload fields (once per variant class)."""
-    fields = tuple((name, _fits(hint)) for name, hint in _payload_fields(variant))
-    return lambda v: all(fits(getattr(v, name)) for name, fits in fields)
+    """`_fits` of a sum-type variant's payload fields, generated once per variant class as one
+    expression (`fits_op(v.op) and fits_lhs(v.lhs) and …`: a region's chain has several per thunk)."""
+    fields = _payload_fields(variant)
+    scope = {f"fits_{name}": _fits(hint) for name, hint in fields}
+    test = " and ".join(f"fits_{name}(v.{name})" for name, _ in fields) or "True"
+    exec(f"def payload_fits(v):\n    return {test}\n", scope)  # field names are identifiers
+    return scope["payload_fits"]
 
 
 def _check(value: Any, hint: Any, path: str, field: str, kind: str) -> None:
