@@ -143,9 +143,10 @@ def embed(b, s):
 embed(*before)()                                 # another shape first: models, arena, emitters loaded
 enc.compiled(*before).program.wait_optimized()
 run = embed(*new)
-t0 = time.perf_counter(); c0 = time.thread_time()
+t0 = time.perf_counter(); c0 = time.thread_time(); p0 = time.process_time()
 first = run()
 first_ms, first_cpu = (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3
+first_process_cpu = (time.process_time() - p0) * 1e3
 phases = dict(enc.last_compile_phases) if not cover else {}
 def final():                                     # the shape's own program, at its last tier
     own = enc._compiled.get(new)
@@ -157,19 +158,29 @@ while time.perf_counter() - t0 < 30 and sum(c[2] for c in calls) < 15:
 steady = statistics.median(c[1] for c in calls[-10:])
 reached = next(c[0] + c[1] / 1e3 for c in calls if c[1] <= 1.1 * steady)
 program = enc._compiled[new].program
-print(json.dumps({"first_ms": first_ms, "first_cpu": first_cpu, "compile_ms": program.compile_ms,
+print(json.dumps({"first_ms": first_ms, "first_cpu": first_cpu, "first_process_cpu": first_process_cpu,
+                  "compile_ms": program.compile_ms,
                   "phases": phases, "steady_ms": steady, "steady_at_s": reached,
                   "timings": program.report().timings_ms,
                   "cpu_before_after": [sorted(c[3] for c in calls if c[2] == f) for f in (False, True)]}))
 """
 
 
+FIRST_RUN_CASES = {"untiered (O3)": (("(1, 16)", "(1, 128)", "-"), {"RLX_LLVM_TIERED": "0"}),
+                   "tiered": (("(1, 16)", "(1, 128)", "-"), {"RLX_LLVM_TIERED": "1"}),
+                   "cover": (("(1, 128)", "(1, 64)", "cover"), {"RLX_LLVM_TIERED": "0"})}
+
+
+def first_run(label: str) -> dict:
+    """One fresh process of FIRST_RUN_CASES[label] (cache off, 1 thread): its JSON result."""
+    shapes, env = FIRST_RUN_CASES[label]
+    return _child(FIRST_RUN, RLX_LLVM_CACHE="0", args=("1", *shapes), **env)
+
+
 def section_first_run() -> None:
     print("\n== a new MiniLM shape, object cache off, 1 thread ==")
-    for label, shapes, env in (("untiered (O3)", ("(1, 16)", "(1, 128)", "-"), {"RLX_LLVM_TIERED": "0"}),
-                               ("tiered", ("(1, 16)", "(1, 128)", "-"), {"RLX_LLVM_TIERED": "1"}),
-                               ("cover", ("(1, 128)", "(1, 64)", "cover"), {"RLX_LLVM_TIERED": "0"})):
-        r = _child(FIRST_RUN, RLX_LLVM_CACHE="0", args=("1", *shapes), **env)
+    for label, (shapes, _) in FIRST_RUN_CASES.items():
+        r = first_run(label)
         calls = ", ".join(f"{name} {statistics.median(v):.1f}" for name, v in zip(("before", "own O3"),
                                                                                   r["cpu_before_after"]) if v)
         print(f"  {label:<14} {shapes[1]} after {shapes[0]}: first embedding {r['first_ms']:7.1f} ms (its thread's "
@@ -208,14 +219,19 @@ print(json.dumps({"construct": construct, "ready": ready, "first": first, "stead
 """
 
 
+def cached_runs(processes: int = 5) -> list[dict]:
+    """MiniLM 1x128 in `processes` new processes after one filled a fresh object cache: their results."""
+    with tempfile.TemporaryDirectory() as cache_dir:
+        env = _env(RLX_LLVM_CACHE_DIR=cache_dir, RLX_LLVM_CACHE="1")
+        return [json.loads(subprocess.run([sys.executable, "-c", CACHED, mode], capture_output=True, text=True,
+                                          env=env, timeout=1800, check=True).stdout.strip().splitlines()[-1])
+                for mode in ["fill"] + ["use"] * processes][1:]
+
+
 def section_cached() -> None:
     print("\n== MiniLM 1x128 in a new process, object cache and plan store warm (median of 5 processes; "
           "wall / CPU ms, 1 thread) ==")
-    with tempfile.TemporaryDirectory() as cache_dir:
-        env = _env(RLX_LLVM_CACHE_DIR=cache_dir, RLX_LLVM_CACHE="1")
-        runs = [json.loads(subprocess.run([sys.executable, "-c", CACHED, mode], capture_output=True, text=True,
-                                          env=env, timeout=1800, check=True).stdout.strip().splitlines()[-1])
-                for mode in ["fill"] + ["use"] * 5][1:]
+    runs = cached_runs()
 
     def med(key: str) -> str:
         return " / ".join(f"{statistics.median(r[key][i] for r in runs):.1f}" for i in (0, 1))
