@@ -81,6 +81,36 @@ def split(ir_text: str, parts: int, min_code_chars: int = 0) -> Parts:
                  frozenset(name for name, it in defs.items() if it.kind == "define" and not it.local))
 
 
+_LOCAL_DEFINE = re.compile(r'define\s+(?:private|internal)\s')
+
+
+def split_functions(ir_text: str, parts: int, min_code_chars: int = 0) -> Parts:
+    """`ir_text` as at most `parts` modules with every function free to go to any part: for the quick
+    tier, which runs no interprocedural pass (SROA, then codegen function by function), so a function
+    compiles to the same code whoever its neighbours are.  Local functions become external (their
+    names are unique in the module) so that another part can call them; local data is still copied
+    into every part that reads it.  One part, the text itself, when `split` would not split either."""
+    if parts < 2:
+        return Parts([ir_text], frozenset())
+    items = [_Item(it.kind, it.name, _LOCAL_DEFINE.sub("define ", it.text, count=1), it.refs)
+             if it.kind == "define" else it for it in _items(ir_text)]
+    defs = {it.name: it for it in items if it.kind != "keep"}
+    whole = Parts([ir_text], frozenset())
+    if sum(len(it.text) for it in defs.values() if it.kind == "define") < min_code_chars \
+            or "\nmodule asm" in ir_text or any(_unsplittable(it) for it in defs.values()):
+        return whole
+    for it in defs.values():
+        names = {_unquote(n) for n in _NAME.findall(it.text)}
+        names.discard(it.name)
+        it.refs = tuple(sorted(names.intersection(defs)))
+    groups = [[name] for name, it in defs.items() if it.kind == "define"]
+    if len(groups) < 2:
+        return whole
+    bins = _balance(groups, defs, parts)
+    return Parts([_part_text(items, defs, own) for own in bins],
+                 frozenset(name for name, it in defs.items() if it.kind == "define"))
+
+
 class Streamed:
     """Parts cut from an `llvmlite.ir.Module` while it is being emitted, so that they compile while
     emission goes on.  `cut` turns the definitions added since the last part into a new part once

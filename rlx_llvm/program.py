@@ -21,7 +21,7 @@ from .cache import ObjectCache
 from .codegen import FallbackStep, ModuleBuilder, NativeStep, RunMap, plan
 from .errors import ExecutionError, RlxError, ValidationError
 from .inspection import Report, ThunkReport, function_asm, function_ir
-from .partition import Parts, Streamed, split
+from .partition import Parts, Streamed, split, split_functions
 from .progress import Progress, ProgressCallback
 from .validate import validate_schedule
 
@@ -95,6 +95,21 @@ def _split(ir_text: str) -> "Parts":
     """The module in parts for `jit.compile_parts`: one per configured thread once it is big enough."""
     from .kernels import pool
     return split(ir_text, pool.get_threads() if len(ir_text) >= PARALLEL_IR_CHARS else 1, PARALLEL_IR_CHARS)
+
+
+QUICK_PARALLEL_IR_CHARS = 100_000
+"""Quick-tier modules with this much function text compile in parts on the configured threads."""
+
+
+def _split_quick(ir_text: str) -> "Parts":
+    """The module in parts for the quick tier: the kernel library's helpers declared (`kernel_library`),
+    then split function by function (`partition.split_functions`: no interprocedural pass runs there,
+    so no tie needs keeping) — the largest thunk's parallel bodies compile on different threads."""
+    from . import kernel_library
+    from .kernels import pool
+    text = kernel_library.borrow(ir_text, jit.compile_quick)
+    parts = pool.get_threads() if len(text) >= QUICK_PARALLEL_IR_CHARS else 1
+    return split_functions(text, parts, QUICK_PARALLEL_IR_CHARS)
 
 
 STREAM_PART_CHARS = 400_000
@@ -248,7 +263,8 @@ class Program:
             self._code = self._code or jit.cached_object(self._ir_text, self.opt_level, cache)
             if self._code is None:
                 parts, quick = _split(self._ir_text), _tiering(tiered, self.opt_level, len(self._ir_text))
-                self._code = jit.compile_parts(parts, opt=self.opt_level, cache=cache, quick=quick, on_part=on_part)
+                self._code = jit.compile_parts(_split_quick(self._ir_text) if quick else parts, opt=self.opt_level,
+                                               cache=cache, quick=quick, on_part=on_part)
                 if quick:
                     self._tier_up = _TierUp(weakref.ref(self), parts, self.opt_level, cache)
             self._timings.update({f"quick {k}" if self._code.quick else k: v
