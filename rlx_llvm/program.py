@@ -325,6 +325,7 @@ class Program:
         job = self._tier_up
         if job is None:
             return True
+        job.ran.set()
         if not job.done.wait(timeout):
             return False
         if job.error is not None:
@@ -363,6 +364,9 @@ class Program:
                 except Exception as exc:  # a fallback's own failure, located
                     raise ExecutionError(f"{type(exc).__name__}: {exc}", index=step.index,
                                          kind=type(step.thunk).__name__) from exc
+        job = self._tier_up
+        if job is not None and not job.ran.is_set():
+            job.ran.set()   # the O3 build may start now (_Optimizer)
 
     __call__ = run
 
@@ -458,6 +462,7 @@ class _TierUp:
     opt_level: int
     cache: "ObjectCache | None"
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    ran: threading.Event = dataclasses.field(default_factory=threading.Event)   # first run over, or O3 awaited
     error: "Exception | None" = None
 
     def build(self) -> None:
@@ -478,9 +483,15 @@ class _TierUp:
             self.done.set()
 
 
+TIER_UP_WAIT_S = 1.0
+"""A tier-2 build starts when its program's first run has returned (that run, which a caller waits
+for, then has the cores to itself), when `wait_optimized` asks for it, or after this many seconds."""
+
+
 class _Optimizer:
-    """One daemon thread building tier-2 objects in submission order.  At exit it finishes the
-    builds that fill a cache (so the next process starts warm) and drops the rest."""
+    """One daemon thread building tier-2 objects in submission order, each once its program's first
+    run is over (`TIER_UP_WAIT_S`).  At exit it finishes the builds that fill a cache (so the next
+    process starts warm) and drops the rest."""
 
     def __init__(self) -> None:
         self._jobs: "queue.SimpleQueue[_TierUp]" = queue.SimpleQueue()
@@ -505,7 +516,15 @@ class _Optimizer:
             if self._exiting and job.cache is None:
                 job.done.set()
                 continue
+            self._await_first_run(job)
             job.build()
+
+    def _await_first_run(self, job: _TierUp) -> None:
+        """Wait for the job's first run (or TIER_UP_WAIT_S): it would share the cores with the build.
+        At exit, do not wait."""
+        deadline = time.monotonic() + TIER_UP_WAIT_S
+        while not self._exiting and not job.ran.wait(0.05) and time.monotonic() < deadline:
+            pass
 
     def _finish(self) -> None:
         """At exit: no LLVM work may still run when LLVM's static destructors do."""
