@@ -171,10 +171,10 @@ FIRST_RUN_CASES = {"untiered (O3)": (("(1, 16)", "(1, 128)", "-"), {"RLX_LLVM_TI
                    "cover": (("(1, 128)", "(1, 64)", "cover"), {"RLX_LLVM_TIERED": "0"})}
 
 
-def first_run(label: str) -> dict:
-    """One fresh process of FIRST_RUN_CASES[label] (cache off, 1 thread): its JSON result."""
+def first_run(label: str, threads: int = 1) -> dict:
+    """One fresh process of FIRST_RUN_CASES[label] (cache off, `threads` threads): its JSON result."""
     shapes, env = FIRST_RUN_CASES[label]
-    return _child(FIRST_RUN, RLX_LLVM_CACHE="0", args=("1", *shapes), **env)
+    return _child(FIRST_RUN, RLX_LLVM_CACHE="0", args=(str(threads), *shapes), **env)
 
 
 def section_first_run() -> None:

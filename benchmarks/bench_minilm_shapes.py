@@ -12,7 +12,7 @@ transformers and onnxruntime besides the models extra.
 `--first-runs` prints instead issue 19's first-run figures against their bars, each in fresh
 processes, with CPU times beside the wall times (the host may be shared; one thread):
 
-    cd /work/main && PYTHONPATH=. python benchmarks/bench_minilm_shapes.py --first-runs [--repeat 3]
+    cd /work/main && PYTHONPATH=. python benchmarks/bench_minilm_shapes.py --first-runs [--repeat 3] [--threads 2]
 
 * a new shape, object cache off (RLX_LLVM_CACHE=0), tiered: 1×128 after 1×16 ran — first embedding
   (compile included; ≤ 200 ms) and when calls reach steady speed (≤ 2 s); untiered beside it;
@@ -45,7 +45,7 @@ def median_ms(fn, rounds: int = 30) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def first_runs(repeat: int) -> None:
+def first_runs(repeat: int, threads: int) -> None:
     """Issue 19's first-run figures (bench_compile's children), medians of `repeat` fresh processes."""
     import statistics
     import bench_compile as bc
@@ -53,13 +53,14 @@ def first_runs(repeat: int) -> None:
     def med(values) -> float:
         return statistics.median(values)
     print(f"machine: {common.cpu_model()} ({common.cpu_name()}), {common.cores()}, load {common.load_average()}; "
-          f"1 thread; medians of {repeat} fresh processes; CPU = the calling thread's, process = every thread's")
+          f"{threads} thread(s) for the new shape; medians of {repeat} fresh processes; CPU = the calling thread's, "
+          f"process = every thread's")
     wall, cpu = bc._process_ms("import rlx_llvm")
     base = bc._process_ms("pass")
     print(f"  import rlx_llvm: {wall:.1f} ms wall / {cpu:.1f} ms CPU (bare python {base[0]:.1f} / {base[1]:.1f})"
           f"   bar ≤ 150 ms wall")
     for label in ("tiered", "untiered (O3)"):
-        runs = [bc.first_run(label) for _ in range(repeat)]
+        runs = [bc.first_run(label, threads) for _ in range(repeat)]
         quick = [r["timings"].get("quick codegen", r["timings"].get("codegen", 0.0)) for r in runs]
         print(f"  new shape 1×128 after 1×16, cache off, {label}: first embedding {med(r['first_ms'] for r in runs):.1f} "
               f"ms wall / {med(r['first_cpu'] for r in runs):.1f} CPU / {med(r['first_process_cpu'] for r in runs):.1f} "
@@ -80,7 +81,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes per --first-runs figure")
     args = ap.parse_args()
     if args.first_runs:
-        first_runs(args.repeat)
+        first_runs(args.repeat, args.threads)
         return 0
     common.pin_threads(args.threads)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
