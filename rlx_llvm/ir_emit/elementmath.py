@@ -12,7 +12,7 @@ Choices where the semantics leave room (documented in docs/transcendentals.md):
 * f32 `Gelu` = 0.5·x·erfc(−x/√2) with our erfc (max abs error ≈1e-7, relative accuracy kept in
   the left tail); RLX uses Abramowitz–Stegun 7.1.26 (abs error ≈1.5e-7), so we are at least as
   accurate.  `GeluApprox` = x·σ(2u) ≡ 0.5·x·(1+tanh u) (no cancellation for x ≪ 0).
-  Silu = x·σ(x); σ is the overflow-free sigmoid.  As in the plain formulas, f(−inf) is NaN for
+  Silu = x·σ(x) (`vm.scaled_by_sigmoid`); σ is the overflow-free sigmoid.  As in the plain formulas, f(−inf) is NaN for
   Gelu, GeluApprox, Silu and Mish, and Softsign(±inf) is NaN.
 * `Elu` uses expm1 (exact near 0); `HardSigmoid` is (x+3)/6 clamped, NaN → NaN (Rust `clamp`).
 * ActivationC64 and complex Mul/Div evaluate in f64 and round once to f32 (no spurious overflow).
@@ -178,7 +178,7 @@ def activation(b: ir.IRBuilder, act: Activation, x: ir.Value, *, region: bool = 
     if act is A.GeluApprox:
         return _gelu_tanh(b, x)
     if act is A.Silu:
-        return b.fmul(x, vm.sigmoid(b, x))
+        return vm.scaled_by_sigmoid(b, x, x)
     if act is A.Round:
         return vm.round_half_away(b, x)
     out = _common(b, act, x)

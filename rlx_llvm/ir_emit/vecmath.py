@@ -358,33 +358,53 @@ def expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.select(b.or_(tiny, is_nan(b, x)), x, res)
 
 
-# `scaled_by_sigmoid2`: 2^n comes from the bits of v = t + 1.5·2^23 (its low bits hold n) scaled by
-# 2^SIG2_SCALE, so every n ≥ SIG2_FLOOR = −157 gives a normal 2^(n+30) and n = −157 gives exactly 0.
-ROUND_SHIFTER_F32 = 12582912.0  # 1.5·2^23: t + it rounds t to an integer, kept in the low mantissa bits
-SIG2_SCALE, SIG2_FLOOR = 30, -157.0
+# `scaled_by_sigmoid(2)`: 2^n comes from the bits of the rounding sum `shifted` = t·k + 1.5·2^23 (its low
+# bits hold n = rint(t·k)), scaled by 2^SIG_SCALE, so every n ≥ −157 gives a normal 2^(n+30) and the
+# floor n = −157 gives exactly 0 (exponent field 0).
+ROUND_SHIFTER_F32 = 12582912.0  # 1.5·2^23
+SIG_SCALE, SIG_FLOOR_LOG2 = 30, -157.0
 
 
 def scaled_by_sigmoid2(b: ir.IRBuilder, x: ir.Value, v: ir.Value) -> ir.Value:
-    """x·σ(v·ln2) = x/(1 + 2^−v) for f32 (the tanh Gelu): one exp2 on t = −|v| ≥ −157, one division.
-
-    e = 2^t = 2^n·2^r (n = rint t, r = t − n exactly, 2^r = 1 + r·Q(r)) is carried as e·2^30, so it stays
-    normal down to 2^−156 and is exactly 0 from 2^−157 on; the result is q = x/(1+e) for v ≥ 0 and
-    (q·e·2^30)·2^−30 for v < 0, whose last product rounds once into the denormals.  No overflow:
-    |v| = inf or NaN x and v give the IEEE results of the formula (x = −inf → −inf·0 = NaN)."""
+    """x·σ(v·ln2) = x/(1 + 2^−v) for f32 (the tanh Gelu, whose v already carries its rounding error):
+    e = 2^t for t = max(−|v|, −157) as 2^n·2^r, n = rint t, r = t − n exactly, 2^r = 1 + r·Q(r)."""
     one = splat_like(x, 1.0)
-    t = b.fneg(fabs(b, v))
-    floor = splat_like(t, SIG2_FLOOR)
-    t = b.select(b.fcmp_ordered(">", t, floor), t, floor)                   # a NaN v gives the floor
+    t = _floored(b, b.fneg(fabs(b, v)), SIG_FLOOR_LOG2)
     shifted = b.fadd(t, splat_like(t, ROUND_SHIFTER_F32))
+    r = b.fsub(t, b.fsub(shifted, splat_like(t, ROUND_SHIFTER_F32)))      # exact, |r| ≤ ½
+    return _scaled_by_logistic(b, x, v, shifted, fma(b, r, poly(b, r, EXP2_Q_F32), one))
+
+
+def scaled_by_sigmoid(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """x·σ(y) = x/(1 + e^−y) for f32 (Silu): e = e^t for t = max(−|y|, −157·ln2) as 2^n·e^r, n = rint(t/ln2),
+    r = t − n·ln2 by Cody–Waite (exact t, so relative accuracy for y ≪ 0), e^r = 1 + r + r²·P(r)."""
+    one = splat_like(x, 1.0)
+    t = _floored(b, b.fneg(fabs(b, y)), SIG_FLOOR_LOG2 * math.log(2.0))
+    shifted = fma(b, t, splat_like(t, 1.0 / math.log(2.0)), splat_like(t, ROUND_SHIFTER_F32))
     n = b.fsub(shifted, splat_like(t, ROUND_SHIFTER_F32))
-    r = b.fsub(t, n)                                                        # exact, |r| ≤ ½
-    exp2_r = fma(b, r, poly(b, r, EXP2_Q_F32), one)
-    bits = to_bits(b, shifted)                                              # n in its low bits
-    scale = from_bits(b, b.shl(b.add(bits, splat_like(bits, 127 + SIG2_SCALE)), splat_like(bits, 23)), F32)
-    e_scaled = b.fmul(exp2_r, scale)                                        # 2^t·2^30
-    one_plus_e = fma(b, e_scaled, splat_like(x, 2.0 ** -SIG2_SCALE), one)
-    q = b.fdiv(x, one_plus_e)
-    tail = b.fmul(b.fmul(q, e_scaled), splat_like(x, 2.0 ** -SIG2_SCALE))
+    r = fma(b, n, splat_like(t, -LN2_LO[F32]), fma(b, n, splat_like(t, -LN2_HI[F32]), t))
+    return _scaled_by_logistic(b, x, y, shifted, b.fadd(_expm1_poly(b, r), one))
+
+
+def _floored(b: ir.IRBuilder, t: ir.Value, floor: float) -> ir.Value:
+    """max(t, floor) as one compare-select (one `maxps`); a NaN t gives the floor."""
+    lo = splat_like(t, floor)
+    return b.select(b.fcmp_ordered(">", t, lo), t, lo)
+
+
+def _scaled_by_logistic(b: ir.IRBuilder, x: ir.Value, v: ir.Value, shifted: ir.Value, mantissa: ir.Value
+                        ) -> ir.Value:
+    """x/(1+e) for v ≥ 0 and x·e/(1+e) for v < 0, e = 2^n·mantissa with n in the low bits of `shifted`.
+
+    e is carried as e·2^30, normal down to 2^−156 and exactly 0 at the floor 2^−157; the result is
+    q = x/(1+e), or (q·e·2^30)·2^−30 for v < 0, whose last product rounds once into the denormals.  No
+    overflow; ±inf and NaN give the formula's IEEE results (x = −inf with v = −inf: −inf·0 = NaN)."""
+    one = splat_like(x, 1.0)
+    bits = to_bits(b, shifted)
+    scale = from_bits(b, b.shl(b.add(bits, splat_like(bits, 127 + SIG_SCALE)), splat_like(bits, 23)), F32)
+    e_scaled = b.fmul(mantissa, scale)                                      # e·2^30
+    q = b.fdiv(x, fma(b, e_scaled, splat_like(x, 2.0 ** -SIG_SCALE), one))
+    tail = b.fmul(b.fmul(q, e_scaled), splat_like(x, 2.0 ** -SIG_SCALE))
     return b.select(b.fcmp_ordered("<", v, splat_like(v, 0.0)), tail, q)
 
 
