@@ -307,8 +307,13 @@ def exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def exp_nonpositive(b: ir.IRBuilder, t: ir.Value) -> ir.Value:
     """e^t for f32 t ≤ 0, NaN-free (callers screen NaN): flushed to e^−87 below −87, so 2^n comes straight
     from the exponent bits — `exp` without its overflow, denormal and NaN paths (recurrent cells)."""
-    n, r = _exp_reduce(b, maxnum(b, t, splat_like(t, -87.0)))
-    p = b.fadd(_expm1_poly(b, r), splat_like(t, 1.0))
+    return _exp_normal(b, maxnum(b, t, splat_like(t, -87.0)))
+
+
+def _exp_normal(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """e^x for f32 |x| ≤ 87 (not NaN): `exp`'s bits, scaled once by 2^n (normal for every such x)."""
+    n, r = _exp_reduce(b, x)
+    p = b.fadd(_expm1_poly(b, r), splat_like(x, 1.0))
     return b.fmul(p, pow2i(b, _to_int(b, n), F32))
 
 
@@ -424,7 +429,7 @@ def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
         return copysign(b, b.fdiv(b.fneg(t), b.fadd(t, splat_like(x, 2.0))), x)
     z = b.fmul(x, x)
     small = fma(b, x, b.fmul(z, poly(b, z, TANH_P_F32)), x)
-    e = exp(b, b.fmul(minnum(b, ax, splat_like(x, 10.0)), splat_like(x, 2.0)))
+    e = _exp_normal(b, b.fmul(minnum(b, ax, splat_like(x, 10.0)), splat_like(x, 2.0)))  # `exp`'s bits
     large = b.fsub(splat_like(x, 1.0), b.fdiv(splat_like(x, 2.0), b.fadd(e, splat_like(x, 1.0))))
     res = b.select(b.fcmp_unordered("<", ax, splat_like(x, 0.55)), small, copysign(b, large, x))
     return _tiny_keep(b, x, res)
