@@ -167,10 +167,11 @@ def _streaming(tiered: "bool | None", opt_level: int) -> bool:
 
 @contextlib.contextmanager
 def _gc_paused():
-    """The cyclic garbage collector held off while a module is emitted: emission allocates ~10⁵
-    llvmlite objects that live until the module is printed, and each full collection on the way
-    walks them and the rest of the process (10–60 ms of a MiniLM shape's ~100 ms emission).  The
-    collector runs as usual afterwards; if it was off already, it stays off."""
+    """The cyclic garbage collector held off while a module is emitted and printed (Python work only,
+    not while LLVM compiles): emission allocates ~10⁵ llvmlite objects that live until the module is
+    printed, and a full collection on the way walks them and the rest of the process (50–110 ms
+    when one falls in a MiniLM shape's emission).  The collector runs as usual afterwards; if it was
+    off already, it stays off."""
     was_on = gc.isenabled()
     gc.disable()
     try:
@@ -198,8 +199,7 @@ class Program:
         if warm is not None:
             self._start_warm(warm, cache)
         else:
-            with _gc_paused():
-                self._build(cache, tiered)
+            self._build(cache, tiered)
         if self._code is not None:
             t1 = time.perf_counter()
             self._report("load", 0, 1)
@@ -235,18 +235,8 @@ class Program:
         mb = ModuleBuilder(self.schedule, jit.host().lanes(32))
         native = sum(len(s.indices) for s in self._steps if isinstance(s, NativeStep))
         pipeline = _Pipeline(mb.module, self.opt_level, cache) if _streaming(tiered, self.opt_level) else None
-        emitted = 0
-        for step in self._steps:
-            if isinstance(step, NativeStep):
-                fns = []
-                for i in step.indices:
-                    self._report("emit", emitted, native)
-                    fns.append(mb.thunk_function(i, self.schedule.thunks[i]))
-                    emitted += 1
-                    if pipeline is not None and emitted % STREAM_CHECK_EVERY == 0:
-                        pipeline.cut()
-                mb.driver(step, fns)
-        self._report("emit", emitted, native)
+        with _gc_paused():
+            self._ir_text = self._emit_module(mb, native, pipeline)
         self._symbols = mb.symbols
         self._bodies = mb.body_of
         self._nested = {i: [dataclasses.asdict(r) for r in rows] for i, rows in mb.nested_rows.items()}
@@ -255,7 +245,6 @@ class Program:
         """Bytes of per-thread scratch the native code needs (allocated lazily per calling thread)."""
         limits.check_bytes("the program's per-thread scratch", self.scratch_bytes)
         self._emit_ms = mb.emit_ms
-        self._ir_text = pipeline.text() if pipeline is not None else custom_ops.link_ir_kernels(mb.module)
         self._timings = {"emit": (time.perf_counter() - t0) * 1e3}
         if any(isinstance(s, NativeStep) for s in self._steps):
             on_part = lambda done, total: self._report("compile", done, total)  # noqa: E731
@@ -279,6 +268,22 @@ class Program:
                              if isinstance(s, NativeStep)],
                 "scratch_bytes": self.scratch_bytes}, self._ir_text)
         self._warm = False
+
+    def _emit_module(self, mb: ModuleBuilder, native: int, pipeline: "_Pipeline | None") -> str:
+        """Emit every native thunk and segment driver into `mb`; returns the module's IR text."""
+        emitted = 0
+        for step in self._steps:
+            if isinstance(step, NativeStep):
+                fns = []
+                for i in step.indices:
+                    self._report("emit", emitted, native)
+                    fns.append(mb.thunk_function(i, self.schedule.thunks[i]))
+                    emitted += 1
+                    if pipeline is not None and emitted % STREAM_CHECK_EVERY == 0:
+                        pipeline.cut()
+                mb.driver(step, fns)
+        self._report("emit", emitted, native)
+        return pipeline.text() if pipeline is not None else custom_ops.link_ir_kernels(mb.module)
 
     def _start_warm(self, meta: dict, cache) -> None:
         """Warm path: the plan and the object come from the cache; emitters are not even imported."""
