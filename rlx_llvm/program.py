@@ -77,12 +77,16 @@ TIER_UP_IR_CHARS = 40_000
 """RLX_LLVM_TIERED=1 tiers modules this large (IR text); below, O3 costs under ~75 ms anyway."""
 
 
+def tiering_by_env() -> bool:
+    """Whether RLX_LLVM_TIERED asks for tiering: first calls may then differ from later ones in the last bits."""
+    return os.environ.get("RLX_LLVM_TIERED", "0").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def _tiering(requested: "bool | None", opt_level: int, ir_chars: int) -> bool:
     """Whether a cold compile runs quick code first: `requested`, else (RLX_LLVM_TIERED=1) for
     modules of TIER_UP_IR_CHARS or more; only at opt_level ≥ 2."""
     if requested is None:
-        on = os.environ.get("RLX_LLVM_TIERED", "0").strip().lower() not in ("", "0", "false", "no", "off")
-        requested = on and ir_chars >= TIER_UP_IR_CHARS
+        requested = tiering_by_env() and ir_chars >= TIER_UP_IR_CHARS
     return requested and opt_level >= 2
 
 

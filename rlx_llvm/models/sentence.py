@@ -44,6 +44,7 @@ MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 AWQ_BY_DEFAULT = ("q4_0",)  # formats whose weights are AWQ-scaled unless `awq=False`
 SEQ_BUCKET = 16  # embed() pads each batch to a multiple of this many tokens (fewer compiled shapes)
 MAX_SHAPES = 32  # compiled (batch, seq) programs an encoder keeps by default; the least recently used goes
+TIER0_MAX_TOKENS = 256  # `tier0`: new shapes of at most this many tokens (batch × seq) run in NumPy first
 ENCODER_INPUTS = ("ids", "type_ids", "pos_ids", "mask")  # the f32 encoder graph's inputs, all [batch, seq]
 
 
@@ -103,6 +104,21 @@ class _Compiled:
 
     program: "Program"
     slots: dict[str, int]
+
+
+@dataclass
+class _NumpyProgram:
+    """A schedule run by NumPy (`rlx_llvm.tier0`) while its Program compiles: `run(arena)` as a Program's;
+    `then()` after the run starts that compile (so it does not share the cores with the run)."""
+
+    schedule: "ThunkSchedule"
+    runner: Callable
+    then: Callable[[], None]
+
+    def run(self, arena: Arena) -> None:
+        """Execute the schedule on `arena` in NumPy, then `then()`."""
+        self.runner(self.schedule, arena)
+        self.then()
 
 
 @dataclass
@@ -218,20 +234,23 @@ class SentenceEncoder:
     (`cache_info()` reports them and their memory).  With `cover=True` a new shape that a compiled
     one covers (as many rows or more, as many tokens or more) runs at once on that shape, padded with
     masked tokens and rows, while its own program compiles on a background thread (`wait_compiled()`);
-    mean pooling over the mask makes the padding invisible (docs/compile.md, "First runs").  An
+    mean pooling over the mask makes the padding invisible (docs/compile.md, "First runs").  With
+    `tier0` (default: on with RLX_LLVM_TIERED=1) a new f32 shape of at most `TIER0_MAX_TOKENS` tokens
+    that nothing compiled covers runs in NumPy (`rlx_llvm.tier0`, float32; last bits differ from the
+    native code's) while its program compiles in the background.  An
     encoder pickles as how it was loaded (model
     path, or the installed package, and these options): a worker process loads the weights again and
     each shape starts warm from the object cache."""
 
     def __init__(self, path: "str | Path | None" = None, max_length: int | None = None,
                  pooling: Pooling | None = None, quant: Quant = "f32", awq: bool | None = None,
-                 max_shapes: int = MAX_SHAPES, cover: bool = False) -> None:
+                 max_shapes: int = MAX_SHAPES, cover: bool = False, tier0: bool | None = None) -> None:
         quant_scheme(quant)  # an unknown format fails before the model is read
         if isinstance(max_shapes, bool) or not isinstance(max_shapes, int) or max_shapes < 1:
             raise ValueError(f"max_shapes must be a positive int, got {max_shapes!r}")
         self._load_args = {"path": None if path is None else str(path), "max_length": max_length,
                            "pooling": pooling, "quant": quant, "awq": awq, "max_shapes": max_shapes,
-                           "cover": cover}
+                           "cover": cover, "tier0": tier0}
         self.quant = quant
         self.awq = quant in AWQ_BY_DEFAULT if awq is None else awq
         self.path = find_model(path)
@@ -259,6 +278,10 @@ class SentenceEncoder:
         self._compiled: OrderedDict[tuple[int, int], _Compiled] = OrderedDict()
         self.max_shapes = max_shapes
         self.cover = cover
+        if tier0 is None:
+            from ..program import tiering_by_env
+            tier0 = tiering_by_env()
+        self.tier0 = tier0
         self._pending: dict[tuple[int, int], threading.Thread] = {}   # shapes compiling in the background
         self._failed: set[tuple[int, int]] = set()   # …whose background compile raised: compiled in the caller
         self._hits = self._misses = 0
@@ -363,7 +386,11 @@ class SentenceEncoder:
             return arena.read(s["embeddings"], "f32", (rows, self.dim))[:batch]
 
     def compiled(self, batch: int, seq: int) -> _Compiled:
-        """The Program for this shape, compiled (or loaded from the object cache) on first use."""
+        """The Program for this shape, compiled (or loaded from the object cache) on first use; one
+        compiling in the background (`cover`, `tier0`) is waited for, not compiled twice."""
+        pending = self._pending.get((batch, seq))
+        if pending is not None:
+            pending.join()
         with self._lock:
             return self._compiled_locked(batch, seq)
 
@@ -401,20 +428,41 @@ class SentenceEncoder:
         return compiled
 
     def _runner_locked(self, batch: int, seq: int) -> tuple[tuple[int, int], _Compiled]:
-        """The shape to run (batch, seq) at and its program: its own, or (`cover`, while its own compiles
-        in the background) the smallest compiled shape covering it."""
+        """The shape to run (batch, seq) at and its program: its own; or, while its own compiles in the
+        background, (`cover`) the smallest compiled shape covering it, else (`tier0`) NumPy."""
         covers = [k for k in self._compiled if k[0] >= batch and k[1] >= seq] if self.cover else []
-        if (batch, seq) in self._compiled or (batch, seq) in self._failed or not covers:
+        own = (batch, seq) in self._compiled or (batch, seq) in self._failed
+        if not own and not covers and self._tier0_fits(batch, seq):
+            return (batch, seq), self._tier0_locked(batch, seq)
+        if own or not covers:
             return (batch, seq), self._compiled_locked(batch, seq)
         key = min(covers, key=lambda k: (k[0] * k[1], k))
+        self._compile_later(batch, seq)
+        self._hits += 1
+        self._compiled.move_to_end(key)
+        return key, self._compiled[key]
+
+    def _compile_later(self, batch: int, seq: int) -> None:
+        """Start compiling (batch, seq) on a background thread, unless it is already compiling."""
         if (batch, seq) not in self._pending:
             thread = threading.Thread(target=self._compile_in_background, args=(batch, seq),
                                       name=f"rlx-llvm-shape-{batch}x{seq}", daemon=True)
             self._pending[batch, seq] = thread
             thread.start()
-        self._hits += 1
-        self._compiled.move_to_end(key)
-        return key, self._compiled[key]
+
+    def _tier0_fits(self, batch: int, seq: int) -> bool:
+        """Whether a new shape's first calls run in NumPy (`tier0`, f32 encoders, small shapes)."""
+        return self.tier0 and self._graph is not None and batch * seq <= TIER0_MAX_TOKENS
+
+    def _tier0_locked(self, batch: int, seq: int) -> _Compiled:
+        """The shape's plan, run by `rlx_llvm.tier0` on the encoder's arena (made to fit it)."""
+        from .. import tier0
+        plan = self._plans.load(batch, seq)
+        if plan is None:
+            plan = ShapePlan.build(self._graph, batch, seq)
+            self._plans.store(batch, seq, plan)
+        self._ensure_plan_arena(plan, seq)
+        return _Compiled(_NumpyProgram(plan.schedule, tier0.run, lambda: self._compile_later(batch, seq)), plan.slots)
 
     def _compile_in_background(self, batch: int, seq: int) -> None:
         """Compile (batch, seq) off the lock, then lay out its arena and keep it."""

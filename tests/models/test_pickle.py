@@ -55,7 +55,7 @@ def test_shape_cache_keeps_the_most_recently_used_and_reports_its_memory():
     encoder = SentenceEncoder(max_shapes=2)
     assert pickle.loads(pickle.dumps(encoder)).load_args == encoder.load_args == {
         "path": None, "max_length": None, "pooling": None, "quant": "f32", "awq": None, "max_shapes": 2,
-        "cover": False}
+        "cover": False, "tier0": None}
     for shape in [(1, 16), (2, 16), (1, 16), (3, 16)]:
         encoder.compiled(*shape)
     info = encoder.cache_info()

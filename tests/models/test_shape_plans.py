@@ -66,3 +66,29 @@ def test_cover_runs_a_new_shape_padded_on_a_compiled_larger_one_while_its_own_co
     wider = encoder.tokenize(GOLDEN["sentences"][:1], pad_to=96)
     encoder.embed_tokens(*wider)                                # nothing covers (1, 96): compiled in the caller
     assert encoder.cache_info().misses == 2 and (1, 96) in encoder._compiled
+
+
+def test_tier0_runs_a_new_shape_in_numpy_while_its_own_compiles():
+    from rlx_llvm.models import SentenceEncoder
+    model_or_skip()
+    encoder = SentenceEncoder(tier0=True)
+    tokens = encoder.tokenize(GOLDEN["sentences"][:3], pad_to=48)
+    first = encoder.embed_tokens(*tokens)                       # NumPy now; its program compiles after it
+    assert encoder.wait_compiled(timeout=600)
+    assert (3, 48) in encoder._compiled
+    native = encoder.embed_tokens(*tokens)
+    np.testing.assert_allclose(first, native, rtol=0, atol=1e-6)
+    assert (first * native).sum(1).min() >= 1 - 1e-6
+    np.testing.assert_array_equal(native, SentenceEncoder(tier0=False).embed_tokens(*tokens))
+    big = encoder.tokenize(GOLDEN["sentences"][:2], pad_to=160)   # 320 tokens > TIER0_MAX_TOKENS
+    encoder.embed_tokens(*big)                                  # compiled in the caller
+    assert big[0].shape in encoder._compiled and not encoder._pending
+
+
+def test_tier0_follows_rlx_llvm_tiered(monkeypatch):
+    from rlx_llvm.models import SentenceEncoder
+    model_or_skip()
+    monkeypatch.setenv("RLX_LLVM_TIERED", "1")
+    assert SentenceEncoder().tier0
+    monkeypatch.setenv("RLX_LLVM_TIERED", "0")
+    assert not SentenceEncoder().tier0
