@@ -44,7 +44,7 @@ MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 AWQ_BY_DEFAULT = ("q4_0",)  # formats whose weights are AWQ-scaled unless `awq=False`
 SEQ_BUCKET = 16  # embed() pads each batch to a multiple of this many tokens (fewer compiled shapes)
 MAX_SHAPES = 32  # compiled (batch, seq) programs an encoder keeps by default; the least recently used goes
-TIER0_MAX_TOKENS = 256  # `tier0`: new shapes of at most this many tokens (batch × seq) run in NumPy first
+TIER0_MAX_TOKENS = 512  # `tier0`: new shapes of at most this many tokens run in NumPy first (8×64: 283 ms; ~420 compiled)
 ENCODER_INPUTS = ("ids", "type_ids", "pos_ids", "mask")  # the f32 encoder graph's inputs, all [batch, seq]
 
 

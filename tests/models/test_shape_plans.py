@@ -80,7 +80,7 @@ def test_tier0_runs_a_new_shape_in_numpy_while_its_own_compiles():
     np.testing.assert_allclose(first, native, rtol=0, atol=1e-6)
     assert (first * native).sum(1).min() >= 1 - 1e-6
     np.testing.assert_array_equal(native, SentenceEncoder(tier0=False).embed_tokens(*tokens))
-    big = encoder.tokenize(GOLDEN["sentences"][:2], pad_to=160)   # 320 tokens > TIER0_MAX_TOKENS
+    big = encoder.tokenize(GOLDEN["sentences"][:3], pad_to=192)   # 576 tokens > TIER0_MAX_TOKENS
     encoder.embed_tokens(*big)                                  # compiled in the caller
     assert big[0].shape in encoder._compiled and not encoder._pending
 
