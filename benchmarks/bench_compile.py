@@ -133,9 +133,10 @@ import json, statistics, sys, time
 import numpy as np
 import rlx_llvm as rl
 from rlx_llvm.models import SentenceEncoder
-threads, before, new, cover = int(sys.argv[1]), eval(sys.argv[2]), eval(sys.argv[3]), sys.argv[4] == "cover"
+threads, before, new, mode = int(sys.argv[1]), eval(sys.argv[2]), eval(sys.argv[3]), sys.argv[4]
+cover = mode == "cover"
 rl.set_num_threads(threads)
-enc = SentenceEncoder(cover=cover)
+enc = SentenceEncoder(cover=cover, tier0=False if mode == "no-tier0" else None)
 rng = np.random.default_rng(0)
 def embed(b, s):
     ids = rng.integers(1000, 20000, (b, s)); mask = np.ones((b, s), np.float32)
@@ -168,6 +169,7 @@ print(json.dumps({"first_ms": first_ms, "first_cpu": first_cpu, "first_process_c
 
 FIRST_RUN_CASES = {"untiered (O3)": (("(1, 16)", "(1, 128)", "-"), {"RLX_LLVM_TIERED": "0"}),
                    "tiered": (("(1, 16)", "(1, 128)", "-"), {"RLX_LLVM_TIERED": "1"}),
+                   "tiered, no tier 0": (("(1, 16)", "(1, 128)", "no-tier0"), {"RLX_LLVM_TIERED": "1"}),
                    "cover": (("(1, 128)", "(1, 64)", "cover"), {"RLX_LLVM_TIERED": "0"})}
 
 
