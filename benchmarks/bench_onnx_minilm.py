@@ -8,17 +8,21 @@ a wait until the process is idle — ONNX Runtime's intra-op workers spin on for
 left running they would share our cores and be billed as our CPU time (at 2 threads and 1×128 that made ours
 look 1.9× ORT) — then one untimed call of the same runtime, so each runtime's timed call follows its own call
 (its pool as warm as in a loop of calls).  Medians of wall time and of per-call process CPU time, and the
-median per-round ratio against ORT (below 1: faster than ORT).
+median per-round ratio against ORT (below 1: faster than ORT).  `--attention-keys N` adds "attention≤N": the
+model with the exported attention fused up to N keys per query (graph/fuse_exported.py's ATTENTION_MAX_KEYS,
+32 by default), and every row's per-round ratio to "ours" — the A/B that decides that limit.
 
 `--profile` prints our time per thunk (each compiled alone, run on the model's arena, ~2 µs of call overhead
-each) at every thread count: wall and process CPU medians, then the totals per thunk kind.
+each) at every thread count: wall and process CPU medians, then the totals per thunk kind; then both runtimes'
+time by what it computes (GEMM + bias, the FFN-up GEMM + GELU, attention, residual + LayerNorm, the rest) —
+ONNX Runtime's from its own profiler (`enable_profiling`, per-node kernel time medians) run right after ours.
 
 `--gemms` adds where the time goes: the model's GEMM shapes (batch·seq rows × hidden 384 / FFN 1536), each
 as one `FusedMmBiasAct` program against an ONNX Runtime model of one MatMul + Add, at one thread (per-call
 process CPU time medians, GFLOP/s).
 
     cd /work/main && PYTHONPATH=. python benchmarks/bench_onnx_minilm.py [--threads 1,2] [--shapes 1x128,8x128]
-        [--rounds 20] [--no-unfused] [--report] [--profile] [--gemms]
+        [--rounds 20] [--no-unfused] [--attention-keys 128] [--report] [--profile] [--gemms]
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ import common  # noqa: E402
 import numpy as np  # noqa: E402
 
 import rlx_llvm as rl  # noqa: E402
-from rlx_llvm.graph import fuse as fusion  # noqa: E402
+from rlx_llvm.graph import fuse as fusion, fuse_exported  # noqa: E402
 from rlx_llvm.onnx.ops_models import packaged_model  # noqa: E402
 from bench_onnx_models import timed  # noqa: E402 - per-call process CPU time beside the wall time
 
@@ -49,14 +53,36 @@ class WithoutExportedPasses(rl.Session):
             fusion.PASSES[:] = kept
 
 
-def ort_session(model: "str | bytes", threads: int):
-    """ONNX Runtime, CPU, sequential execution, `threads` intra-op threads."""
+class WithAttentionKeys(rl.Session):
+    """A Session whose graphs fuse the exported attention up to `keys` keys per query."""
+
+    def __init__(self, keys: int) -> None:
+        super().__init__()
+        self.keys = keys
+
+    def compile(self, graph, *args, **kwargs):
+        kept = fuse_exported.ATTENTION_MAX_KEYS
+        fuse_exported.ATTENTION_MAX_KEYS = self.keys
+        try:
+            return super().compile(graph, *args, **kwargs)
+        finally:
+            fuse_exported.ATTENTION_MAX_KEYS = kept
+
+
+def ort_options(threads: int):
+    """ONNX Runtime session options: sequential execution, `threads` intra-op threads."""
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    return opts
+
+
+def ort_session(model: "str | bytes", threads: int, opts=None):
+    """ONNX Runtime, CPU, with `opts` or else `ort_options(threads)`."""
+    import onnxruntime as ort
+    return ort.InferenceSession(model, opts or ort_options(threads), providers=["CPUExecutionProvider"])
 
 
 def feeds_for(batch: int, seq: int, seed: int = 0) -> dict:
@@ -66,11 +92,13 @@ def feeds_for(batch: int, seq: int, seed: int = 0) -> dict:
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
 
 
-def bench(path: str, feeds: dict, threads: int, rounds: int, unfused: bool, table) -> None:
+def bench(path: str, feeds: dict, threads: int, rounds: int, unfused: bool, table, attention_keys: int = 0) -> None:
     rl.set_num_threads(threads)
     runners = {"ours": rl.onnx.OnnxModel(path)}
     if unfused:
         runners["unfused"] = rl.onnx.OnnxModel(path, session=WithoutExportedPasses())
+    if attention_keys:
+        runners[f"attention≤{attention_keys}"] = rl.onnx.OnnxModel(path, session=WithAttentionKeys(attention_keys))
     ort = ort_session(path, threads)
     want = ort.run(None, feeds)[1]
     fns = {}
@@ -87,11 +115,13 @@ def bench(path: str, feeds: dict, threads: int, rounds: int, unfused: bool, tabl
     b, s = feeds["input_ids"].shape
     for name in runners:
         table.add(f"{b}×{s}", threads, name, common.fmt_ms(t[name].median), common.fmt_ms(t["ort"].median),
-                  f"{common.paired_ratio(t[name], t['ort']):.2f}", common.fmt_ms(med(name)), common.fmt_ms(med("ort")))
+                  f"{common.paired_ratio(t[name], t['ort']):.2f}", common.fmt_ms(med(name)), common.fmt_ms(med("ort")),
+                  f"{common.paired_ratio(t[name], t['ours']):.3f}")
 
 
-def profile(path: str, feeds: dict, thread_counts: list[int], repeat: int = 30) -> "common.Table":
-    """Our schedule thunk by thunk: each compiled alone and run on the model's arena after a full run."""
+def profile(path: str, feeds: dict, thread_counts: list[int], repeat: int = 30) -> "tuple[common.Table, common.Table]":
+    """Our schedule thunk by thunk (each compiled alone, run on the model's arena after a full run), and
+    ours against ONNX Runtime's profile by PARTS entry."""
     import time
     from rlx_llvm.program import compile as compile_schedule
     from rlx_llvm.schedule import ThunkSchedule
@@ -103,6 +133,7 @@ def profile(path: str, feeds: dict, thread_counts: list[int], repeat: int = 30) 
     cols = [f"{n}T {what}" for n in thread_counts for what in ("µs", "CPU µs")]
     table = common.Table(["thunk", "kind", *cols], left=["thunk", "kind"])
     times = np.zeros((len(thunks), 2 * len(thread_counts)))
+    ours, ort = {}, {}
     for c, threads in enumerate(thread_counts):
         rl.set_num_threads(threads)
         for i, program in enumerate(programs):
@@ -112,6 +143,10 @@ def profile(path: str, feeds: dict, thread_counts: list[int], repeat: int = 30) 
                 program.run(arena)
                 samples.append((time.perf_counter() - w, time.process_time() - cpu))
             times[i, 2 * c:2 * c + 2] = np.median(samples, axis=0) * 1e6
+        ours[threads] = dict.fromkeys(PARTS, 0.0)
+        for i in range(len(thunks)):
+            ours[threads][our_part(thunks, i)] += times[i, 2 * c]
+        ort[threads] = ort_profile(path, feeds, threads, repeat)
     kinds: dict[str, np.ndarray] = {}
     for i, t in enumerate(thunks):
         table.add(f"t{i}", type(t).__name__, *(f"{v:.0f}" for v in times[i]))
@@ -122,6 +157,78 @@ def profile(path: str, feeds: dict, thread_counts: list[int], repeat: int = 30) 
     table.add("Σ", "all", *(f"{v:.0f}" for v in times.sum(axis=0)))
     b, s = feeds["input_ids"].shape
     table.note(f"{b}×{s}: per-thunk medians of {repeat} runs, each thunk compiled alone (~2 µs of call overhead)")
+    return table, parts_table(f"{b}×{s}", ours, ort)
+
+
+PARTS = ("GEMM + bias", "GEMM + bias + GELU", "attention", "residual + LayerNorm", "rest")
+ATTENTION_KINDS = ("BatchedSgemm", "Softmax", "Transpose", "Attention")
+
+
+def our_part(thunks: list, i: int) -> str:
+    """Which PARTS entry thunk `i` computes (the region right after a BatchedSgemm is the mask/scale)."""
+    kind = type(thunks[i]).__name__
+    if kind == "FusedMmBiasAct":
+        return PARTS[0] if thunks[i].act is None else PARTS[1]
+    mask_region = kind == "ElementwiseRegion" and i and type(thunks[i - 1]).__name__ == "BatchedSgemm"
+    if kind in ATTENTION_KINDS or mask_region:
+        return PARTS[2]
+    return PARTS[3] if kind in ("LayerNorm", "FusedResidualLN") else PARTS[4]
+
+
+def ort_part(op: str, inputs: list[tuple], output: tuple, gelu_inputs: set[tuple]) -> str:
+    """Which PARTS entry one ONNX Runtime node computes, from its op and the shapes its profile event lists."""
+    projection = op == "MatMul" and (len(inputs) == 1 or len(inputs[1]) == 2)   # weight prepacked (unlisted) or 2-D
+    bias = op == "Add" and min(map(len, inputs)) == 1 < len(output)
+    if projection or bias:
+        return PARTS[1] if output in gelu_inputs else PARTS[0]
+    if op in ("BiasGelu", "Gelu", "FastGelu"):
+        return PARTS[1]
+    if op in ("FusedMatMul", "MatMul", "Softmax", "Transpose", "Attention", "MultiHeadAttention") or \
+            op == "Add" and len(output) == 4:
+        return PARTS[2]
+    return PARTS[3] if op in ("LayerNormalization", "SkipLayerNormalization") or \
+        op == "Add" and len(output) == 3 and inputs[0] == inputs[1] else PARTS[4]
+
+
+def ort_profile(path: str, feeds: dict, threads: int, repeat: int) -> dict[str, float]:
+    """ONNX Runtime's kernel time per call (µs) by PARTS entry: its profiler's per-node medians over `repeat` runs."""
+    import json
+    import tempfile
+    opts = ort_options(threads)
+    opts.enable_profiling = True
+    with tempfile.TemporaryDirectory() as tmp:
+        opts.profile_file_prefix = os.path.join(tmp, "ort")
+        session = ort_session(path, threads, opts)
+        for _ in range(repeat):
+            session.run(None, feeds)
+        with open(session.end_profiling()) as f:
+            events = [e for e in json.load(f) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    shapes = lambda args, key: [tuple(next(iter(d.values()))) for d in args.get(key, [])] or [()]  # noqa: E731
+    gelu_inputs = {shapes(e["args"], "input_type_shape")[0] for e in events
+                   if e["args"]["op_name"] in ("BiasGelu", "Gelu", "FastGelu")}
+    per_node: dict[str, list] = {}
+    for e in events:
+        per_node.setdefault(e["name"], [e["args"], []])[1].append(e["dur"])
+    parts = dict.fromkeys(PARTS, 0.0)
+    for args, durations in per_node.values():
+        part = ort_part(args["op_name"], shapes(args, "input_type_shape"), shapes(args, "output_type_shape")[0],
+                        gelu_inputs)
+        parts[part] += float(np.median(durations[len(durations) // 4:]))   # the first quarter warms up
+    return parts
+
+
+def parts_table(label: str, ours: dict[int, dict[str, float]], ort: dict[int, dict[str, float]]) -> "common.Table":
+    """Ours and ONNX Runtime's µs per call by PARTS entry at each thread count."""
+    table = common.Table(["part", *(f"{n}T {what}" for n in ours for what in ("ours µs", "ORT µs", "÷ ORT"))],
+                         left=["part"])
+    for part in (*PARTS, "all"):
+        row = []
+        for n in ours:
+            o, r = (sum(d.values()) if part == "all" else d[part] for d in (ours[n], ort[n]))
+            row += [f"{o:.0f}", f"{r:.0f}", f"{o / r:.2f}" if r else "-"]
+        table.add(part, *row)
+    table.note(f"{label}: ours = per-thunk wall medians (each thunk alone); ORT = its profiler's per-node kernel "
+               "time medians, run right after ours (kernel time only: no session overhead)")
     return table
 
 
@@ -175,6 +282,8 @@ def main() -> None:
     ap.add_argument("--shapes", default="1x128,8x128")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--no-unfused", action="store_true", help="skip the A/B without the exported-pattern passes")
+    ap.add_argument("--attention-keys", type=int, default=0,
+                    help="also run the model with the exported attention fused up to this many keys")
     ap.add_argument("--report", action="store_true", help="print the compiled program's fusions and thunks")
     ap.add_argument("--profile", action="store_true", help="our time per thunk at each thread count")
     ap.add_argument("--gemms", action="store_true", help="the encoder's GEMM shapes alone, ours vs ORT, 1 thread")
@@ -186,13 +295,13 @@ def main() -> None:
     print(f"# {common.cpu_model()} ({common.cpu_name()}), cores {common.cores()}, load {common.load_average()}")
     print(f"# onnxruntime {onnxruntime.__version__}; {common.python_facts()}")
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
-    table = common.Table(["batch×seq", "threads", "runtime", "ms", "ORT ms", "÷ ORT", "CPU ms", "ORT CPU ms"],
-                         left=["batch×seq", "runtime"])
+    table = common.Table(["batch×seq", "threads", "runtime", "ms", "ORT ms", "÷ ORT", "CPU ms", "ORT CPU ms",
+                          "÷ ours"], left=["batch×seq", "runtime"])
     for threads in map(int, args.threads.split(",")):
         for b, s in shapes:
-            bench(path, feeds_for(b, s), threads, args.rounds, not args.no_unfused, table)
+            bench(path, feeds_for(b, s), threads, args.rounds, not args.no_unfused, table, args.attention_keys)
         table.rule()
-    table.note("wall medians of interleaved rounds; ÷ ORT is the median per-round ratio; CPU = process CPU time "
+    table.note("wall medians of interleaved rounds; ÷ ORT, ÷ ours: median per-round ratios; CPU = process CPU time "
                "per call")
     print(table)
     if args.report:
@@ -202,7 +311,8 @@ def main() -> None:
         print(cg.report())
     if args.profile:
         for b, s in shapes:
-            print(profile(path, feeds_for(b, s), list(map(int, args.threads.split(",")))))
+            for table in profile(path, feeds_for(b, s), list(map(int, args.threads.split(",")))):
+                print(table)
     if args.gemms:
         print(gemm_table(shapes))
 

@@ -14,6 +14,9 @@ Only while the keys per query are few (≤ ATTENTION_MAX_KEYS): beyond that, on 
 exporter's own sequence (two BatchedSgemms, the mask region, Softmax, transposes) runs faster than the
 Attention thunk, whose per-key dot products lose to the GEMM tiles (1 thread, 12 heads of 32, CPU time,
 fused ÷ decomposed: 16 keys 0.94–0.97, 32 keys 1.04, 64 keys 1.51, 128 keys 1.41–1.60, 256 keys 1.61).
+Re-measured after the Attention kernel's rework (register-transposed Kᵀ, docs/lowering-attention.md), on the
+whole packaged MiniLM-L3 with the fusion at 128 keys ÷ without (interleaved, loaded host, docs/onnx.md):
+1 thread 1×128 1.03, 8×128 1.01; 2 threads 0.96, 1.00 — still no gain at one thread, so the limit stays.
 
 The keep-mask reading is exact for 0/1 masks with NEG = finfo(f32).min (what current exporters write): a
 masked score is then min + s = min, whose exp underflows to 0 beside any kept key, and a row whose keys are
