@@ -8,16 +8,20 @@ runs (0 for the caller, k for worker k).  The contract:
 * the join waits only for chunks already claimed — never for a worker that has not arrived (a
   late worker finds the counter exhausted and goes back to waiting);
 * workers spin briefly (`WORKER_SPIN_CYCLES`), then sleep on a futex;
+* a worker that finds itself on the CPU its caller runs on (where a wake-up put it: a host that
+  packs wake-ups onto busy vCPUs does so every time) moves to another CPU it may run on before it
+  spins or claims there — it narrows its affinity, then restores it;
 * one pool per process, grown to `threads - 1` workers on demand (`set_threads` caps it);
 * a caller that finds the pool busy (another Python thread's region, or a region inside a region)
   runs every chunk itself; after `fork` the child starts with an empty pool.
 
 State (one word per cache line): `counter` = generation << 32 | next chunk; the job `fn`, `data`,
 `total`, `threads`; `done` (chunks finished, the caller's futex); `epoch` and `sleepers` (the
-workers' futex); `busy` (who owns the job slot); `started` (workers created).  A worker claims
-chunk c of generation g by CAS (g, c) → (g, c+1) only if c < total; a job's owner first moves the
-counter to (g+1, CLOSED) — so no CAS expecting generation g can succeed any more — then writes the
-job and publishes (g+1, 0).  A successful CAS therefore proves the job it read was generation g's,
+workers' futex); `busy` (who owns the job slot); `started` (workers created); `published` and
+`caller_cpu` (when and on which CPU the current job was published); `stats()` reads counters
+kept beside them.  A worker claims chunk c of generation g by CAS (g, c) → (g, c+1) only if
+c < total; a job's owner first moves the counter to (g+1, CLOSED) — so no CAS expecting
+generation g can succeed any more — then writes the job and publishes (g+1, 0).  A successful CAS therefore proves the job it read was generation g's,
 which is not replaced before every claimed chunk of g has finished.
 
 The thread count native code reads (`@rlx_num_threads`) lives here too.
@@ -40,6 +44,10 @@ JOIN_SPIN_MIN = 20_000        # the caller spins at least this long (and 2 of it
 CLOSED = 0xFFFF_FFFF          # `next chunk` of a closed generation: above every job's total
 _FUTEX = {"x86_64": 202, "aarch64": 98}
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_*_PRIVATE
+
+# Counters (`stats()`): the job owner's, then the workers' (each set on its own cache line).
+STATS = ("regions", "woke", "chunks", "caller_chunks", "join_cycles", "join_sleeps")
+WORKER_STATS = ("arrivals", "arrival_cycles", "arrivals_on_callers_cpu", "sleeps", "moves")
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -76,7 +84,9 @@ class _Runtime:
         self.word = {name: self._global(name, ty) for name, ty in (
             ("counter", I64), ("fn", PTR), ("data", PTR), ("total", I64), ("threads", I64),
             ("done", I32), ("waiting", I32), ("epoch", I32), ("sleepers", I32), ("busy", I32),
-            ("started", I32))}
+            ("started", I32), ("published", I64), ("caller_cpu", I32))}
+        self.stats = self._global("stats", ir.ArrayType(I64, len(STATS)))  # the job owner's counters
+        self.worker_stats = self._global("worker_stats", ir.ArrayType(I64, len(WORKER_STATS)))
 
     def _global(self, name: str, ty: ir.Type) -> ir.GlobalVariable:
         g = ir.GlobalVariable(self.module, ty, f"rlx_pool.{name}")
@@ -95,6 +105,15 @@ class _Runtime:
     def store(self, b: ir.IRBuilder, name: str, value: ir.Value, order: str = "release") -> None:
         g = self.word[name]  # (IRBuilder.store_atomic wants a typed pointer)
         b._insert(ir.instructions.StoreAtomicInstr(b.block, value, g, order, _size(g.value_type)))
+
+    def count(self, b: ir.IRBuilder, stat: str, value: ir.Value) -> None:
+        """Add `value` to the counter `stat` (of `STATS` or `WORKER_STATS`)."""
+        table, names = (self.stats, STATS) if stat in STATS else (self.worker_stats, WORKER_STATS)
+        at = b.gep(table, [I32(0), I32(names.index(stat))], inbounds=True)
+        b.atomic_rmw("add", at, value, "monotonic")
+
+    def cpu(self, b: ir.IRBuilder) -> ir.Value:
+        return b.call(self.declare("sched_getcpu", ir.FunctionType(I32, [])), [])
 
     def cycles(self, b: ir.IRBuilder) -> ir.Value:
         return b.call(self.declare("llvm.readcyclecounter", ir.FunctionType(I64, [])), [])
@@ -167,10 +186,52 @@ def _finish_chunk(rt: _Runtime, b: ir.IRBuilder, count: ir.Value, total: ir.Valu
     return complete
 
 
+CPU_SET = ir.ArrayType(I64, 16)  # cpu_set_t: 1024 CPUs
+
+
+def _affinity(rt: _Runtime, b: ir.IRBuilder, call: str, mask: ir.Value) -> None:
+    """`sched_getaffinity` / `sched_setaffinity` of the calling thread with `mask` (a CPU_SET)."""
+    fn = rt.declare(call, ir.FunctionType(I32, [I32, I64, PTR]))
+    b.call(fn, [I32(0), I64(CPU_SET.count * 8), mask])
+
+
+def _cpu_count(rt: _Runtime, b: ir.IRBuilder, mask: ir.Value) -> ir.Value:
+    """How many CPUs `mask` (a CPU_SET) holds."""
+    ctpop = rt.declare("llvm.ctpop.i64", ir.FunctionType(I64, [I64]))
+    words = [b.load(b.gep(mask, [I32(0), I32(i)], inbounds=True), typ=I64) for i in range(CPU_SET.count)]
+    total = I64(0)
+    for w in words:
+        total = b.add(total, b.call(ctpop, [w]))
+    return total
+
+
+def _leave_callers_cpu(rt: _Runtime, b: ir.IRBuilder, allowed: ir.Value, elsewhere: ir.Value,
+                       spread: ir.Value) -> None:
+    """If this worker runs on the CPU the job's caller runs on (a wake-up placed it there) and
+    `spread` (it may run on another), move: narrow the affinity to `allowed` minus that CPU, then
+    give `allowed` back (the thread stays where it was moved; the affinity is not left narrowed)."""
+    cpu = rt.cpu(b)
+    same = b.icmp_signed("==", cpu, rt.load(b, "caller_cpu", "monotonic"))
+    with b.if_then(b.and_(spread, same)):
+        b.store(b.load(allowed, typ=CPU_SET), elsewhere)
+        word = b.gep(elsewhere, [I32(0), b.lshr(cpu, I32(6))], inbounds=True)
+        bit = b.shl(I64(1), b.zext(b.and_(cpu, I32(63)), I64))
+        b.store(b.and_(b.load(word, typ=I64), b.not_(bit)), word)
+        _affinity(rt, b, "sched_setaffinity", elsewhere)
+        _affinity(rt, b, "sched_setaffinity", allowed)
+        rt.count(b, "moves", I64(1))
+
+
 def _worker(rt: _Runtime) -> ir.Function:
-    """`rlx_pool.worker(k)`: wait for a job (spin, then futex), claim its chunks by CAS, repeat."""
+    """`rlx_pool.worker(k)`: wait for a job (spin, then futex; off the caller's CPU), claim its chunks
+    by CAS, repeat."""
     f, b = _function(rt, "rlx_pool.worker", ir.FunctionType(PTR, [PTR]), "internal")
     k = b.ptrtoint(f.args[0], I64)
+    joined = b.alloca(I64)  # the last generation this worker ran a chunk of
+    b.store(I64(CLOSED << 32), joined)
+    allowed, elsewhere = b.alloca(CPU_SET), b.alloca(CPU_SET)
+    _affinity(rt, b, "sched_getaffinity", allowed)
+    spread = b.icmp_unsigned(">", _cpu_count(rt, b, allowed), I64(1))
     top, spin, idle, sleep, claim, run = (f.append_basic_block(n)
                                           for n in ("top", "spin", "idle", "sleep", "claim", "run"))
     b.branch(top)
@@ -189,6 +250,7 @@ def _worker(rt: _Runtime) -> ir.Function:
     b.cbranch(has_work(cnt), claim, idle)
 
     b.position_at_end(idle)
+    _leave_callers_cpu(rt, b, allowed, elsewhere, spread)
     _pause_or(rt, b, b.icmp_unsigned("<", b.sub(rt.cycles(b), t0), I64(WORKER_SPIN_CYCLES)), spin, sleep)
 
     # Sleep: read the epoch, count ourselves asleep, look once more (a caller publishing now sees
@@ -200,6 +262,8 @@ def _worker(rt: _Runtime) -> ir.Function:
     work = has_work(again)
     with b.if_then(b.not_(work)):
         rt.futex(b, "epoch", _FUTEX_WAIT, epoch)
+        rt.count(b, "sleeps", I64(1))
+        _leave_callers_cpu(rt, b, allowed, elsewhere, spread)  # before it claims a chunk there
     b.atomic_rmw("sub", rt.word["sleepers"], I32(1), "seq_cst")
     b.branch(top)
 
@@ -213,6 +277,13 @@ def _worker(rt: _Runtime) -> ir.Function:
     b.cbranch(won, run, spin)
 
     b.position_at_end(run)
+    gen = b.lshr(seen, I64(32))
+    with b.if_then(b.icmp_unsigned("!=", gen, b.load(joined, typ=I64))):
+        b.store(gen, joined)
+        rt.count(b, "arrivals", I64(1))
+        rt.count(b, "arrival_cycles", b.sub(rt.cycles(b), rt.load(b, "published", "monotonic")))
+        on_callers = b.icmp_signed("==", rt.cpu(b), rt.load(b, "caller_cpu", "monotonic"))
+        rt.count(b, "arrivals_on_callers_cpu", b.zext(on_callers, I64))
     b.call(body, [data, chunk, k])
     _finish_chunk(rt, b, I32(1), total)
     b.branch(top)  # the loop never returns
@@ -269,8 +340,13 @@ def _parallel(rt: _Runtime, inline: ir.Function, spawn: ir.Function) -> ir.Funct
     for name, value in (("fn", body), ("data", data), ("total", total), ("threads", threads)):
         rt.store(b, name, value, "monotonic")
     rt.store(b, "done", I32(0), "monotonic")
+    rt.store(b, "published", rt.cycles(b), "monotonic")
+    rt.store(b, "caller_cpu", rt.cpu(b), "monotonic")
     rt.store(b, "counter", b.shl(gen, I64(32)), "seq_cst")
+    rt.count(b, "regions", I64(1))
+    rt.count(b, "chunks", total)
     with b.if_then(b.icmp_signed(">", rt.load(b, "sleepers", "seq_cst"), I32(0))):
+        rt.count(b, "woke", I64(1))
         b.atomic_rmw("add", rt.word["epoch"], I32(1), "seq_cst")
         rt.futex(b, "epoch", _FUTEX_WAKE, I32(2**31 - 1))  # all: which sleeper wakes is the kernel's choice
 
@@ -284,6 +360,7 @@ def _parallel(rt: _Runtime, inline: ir.Function, spawn: ir.Function) -> ir.Funct
     per_chunk = b.udiv(b.sub(now, start), b.select(b.icmp_unsigned(">", mine, I64(0)), mine, I64(1)))
     budget = b.add(b.mul(per_chunk, I64(2)), I64(JOIN_SPIN_MIN))
     deadline = b.add(now, budget)
+    rt.count(b, "caller_chunks", mine)
     complete = _finish_chunk(rt, b, b.trunc(mine, I32), total)
     finish, wait = f.append_basic_block("finish"), f.append_basic_block("wait")
     b.cbranch(complete, finish, wait)
@@ -297,13 +374,16 @@ def _parallel(rt: _Runtime, inline: ir.Function, spawn: ir.Function) -> ir.Funct
     b.position_at_end(spin)
     _pause_or(rt, b, b.icmp_unsigned("<", rt.cycles(b), deadline), wait, slow)
     b.position_at_end(slow)
+    rt.count(b, "join_sleeps", I64(1))
     rt.store(b, "waiting", I32(1), "seq_cst")
     d2 = rt.load(b, "done", "seq_cst")
     with b.if_then(b.icmp_unsigned("!=", b.zext(d2, I64), total)):
         rt.futex(b, "done", _FUTEX_WAIT, d2)
+        rt.store(b, "caller_cpu", rt.cpu(b), "monotonic")  # a wake-up may have moved the caller
     b.branch(wait)
 
     b.position_at_end(finish)
+    rt.count(b, "join_cycles", b.sub(rt.cycles(b), now))
     rt.store(b, "waiting", I32(0), "monotonic")
     rt.store(b, "busy", I32(0), "release")
     b.ret_void()
@@ -317,6 +397,16 @@ def _after_fork(rt: _Runtime) -> None:
     rt.store(b, "counter", b.or_(b.shl(gen, I64(32)), I64(CLOSED)), "seq_cst")
     for name in ("started", "sleepers", "waiting", "done", "busy"):
         rt.store(b, name, I32(0), "seq_cst")
+    b.ret_void()
+
+
+def _stats(rt: _Runtime) -> None:
+    """`rlx_pool_stats(ptr out)`: copy the counters (`STATS`, then `WORKER_STATS`) to `out`."""
+    f, b = _function(rt, "rlx_pool_stats", ir.FunctionType(ir.VoidType(), [PTR]))
+    cells = [(rt.stats, i) for i in range(len(STATS))] + [(rt.worker_stats, i) for i in range(len(WORKER_STATS))]
+    for slot, (table, i) in enumerate(cells):
+        value = b.load_atomic(b.gep(table, [I32(0), I32(i)], inbounds=True), "monotonic", 8, typ=I64)
+        b.store(value, b.gep(f.args[0], [I64(8 * slot)], source_etype=ir.IntType(8)))
     b.ret_void()
 
 
@@ -337,6 +427,7 @@ def runtime_ir() -> str:
     _parallel(rt, _run_inline(rt), _spawn(rt, worker))
     _after_fork(rt)
     _workers(rt)
+    _stats(rt)
     return str(rt.module)
 
 
@@ -350,7 +441,7 @@ def _build() -> tuple[object, dict[str, int]]:
     engine = jit.Engine()
     code = _object()
     engine.load(code)
-    names = (FORK_SYMBOL, "rlx_pool_forked", "rlx_pool_workers")
+    names = (FORK_SYMBOL, "rlx_pool_forked", "rlx_pool_workers", "rlx_pool_stats")
     addresses = {name: engine.address(name) for name in names}
     llvm.add_symbol(FORK_SYMBOL, addresses[FORK_SYMBOL])
     os.register_at_fork(after_in_child=_forked)
@@ -358,14 +449,16 @@ def _build() -> tuple[object, dict[str, int]]:
 
 
 def _object():
-    """The runtime's object code: from the object cache under a key of this file's source (so a warm
-    process does not even build the IR), else compiled and stored there."""
+    """The runtime's object code: from the object cache under a key of this file's source and spin
+    constants (so a warm process does not even build the IR), else compiled and stored there."""
     import hashlib
 
     from .. import cache, jit
     store = cache.resolve_cache(None)
     with open(__file__, "rb") as fh:
-        key = jit.cache_key("rlx_pool " + hashlib.sha256(fh.read()).hexdigest(), 2)
+        source = hashlib.sha256(fh.read()).hexdigest()
+    # the spin constants too: a process that changes them (an experiment) must not load the old object
+    key = jit.cache_key(f"rlx_pool {source} {WORKER_SPIN_CYCLES} {JOIN_SPIN_MIN}", 2)
     hit = store.load(key) if store is not None else None
     if hit is not None and not jit.missing_symbols(hit.externals):
         return hit
@@ -385,9 +478,13 @@ def register_runtime() -> None:
                 _runtime = _build()
 
 
-def _native(name: str, restype=None):
+def _native_address(name: str) -> int:
     register_runtime()
-    return ctypes.CFUNCTYPE(restype)(_runtime[1][name])
+    return _runtime[1][name]
+
+
+def _native(name: str, restype=None):
+    return ctypes.CFUNCTYPE(restype)(_native_address(name))
 
 
 def _forked() -> None:
@@ -397,6 +494,17 @@ def _forked() -> None:
 def workers() -> int:
     """Worker threads the pool has started in this process (0 until the first parallel region)."""
     return int(_native("rlx_pool_workers", ctypes.c_int32)())
+
+
+def stats() -> dict[str, int]:
+    """The pool's counters since the process started: regions forked, those that had to wake a
+    sleeping worker, chunks (all / run by the caller), TSC cycles the caller waited at joins and
+    joins it slept in; worker arrivals (regions a worker ran a chunk of), their summed TSC delay
+    from the job's publication to the first claim, and the workers' futex sleeps."""
+    names = STATS + WORKER_STATS
+    out = (ctypes.c_int64 * len(names))()
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_native_address("rlx_pool_stats"))(ctypes.addressof(out))
+    return dict(zip(names, out))
 
 
 def set_threads(n: int) -> None:

@@ -246,3 +246,54 @@ def test_a_forked_child_gets_a_pool_of_its_own() -> None:
     assert child.exitcode == 0
     assert fresh == 0 and (got == want).all()
     assert after == min(1, pool.MAX_THREADS - 1)
+
+
+# ── counters, and a worker that leaves its caller's CPU ─────────────────────
+
+def test_stats_count_regions_and_chunks() -> None:
+    """`pool.stats()`: every region forked on the pool and its chunks, the caller's among them."""
+    program, before = _gemm_program()
+    with num_threads(2):
+        s0 = pool.stats()
+        _run(program, before, 5)
+        s1 = pool.stats()
+    if pool.MAX_THREADS > 1:
+        regions, chunks = s1["regions"] - s0["regions"], s1["chunks"] - s0["chunks"]
+        assert regions >= 5 and chunks >= 2 * regions
+        assert 0 <= s1["caller_chunks"] - s0["caller_chunks"] <= chunks
+        assert s1["arrivals"] - s0["arrivals"] <= regions
+
+
+def _allowed_cpus_of_every_thread() -> set[str]:
+    here = f"/proc/{os.getpid()}/task"
+    lines = set()
+    for tid in os.listdir(here):
+        with open(f"{here}/{tid}/status") as fh:
+            lines |= {line for line in fh if line.startswith("Cpus_allowed_list")}
+    return lines
+
+
+def test_workers_keep_their_affinity_after_moving() -> None:
+    """Regions after sleeps (each wakes the worker, which may move off the caller's CPU) leave every
+    thread allowed on the CPUs the process is allowed on."""
+    _in_subprocess("import time\n"
+                   "import numpy as np\n"
+                   "from tests.kernels.test_pool import _driver, _allowed_cpus_of_every_thread, DATA_BYTES, CHUNKS\n"
+                   "want = _allowed_cpus_of_every_thread()\n"
+                   "drive, d = _driver(), np.zeros(DATA_BYTES // 8, np.int64)\n"
+                   "for _ in range(30):\n"
+                   "    drive(d.ctypes.data, 20, 2); time.sleep(0.005)\n"
+                   "assert (d[:CHUNKS] == 600).all() and d[-1] == 0\n"
+                   "assert _allowed_cpus_of_every_thread() == want, (_allowed_cpus_of_every_thread(), want)")
+
+
+def test_regions_finish_on_a_single_cpu() -> None:
+    """Confined to one CPU (the workers inherit it), regions at 2 threads still finish with one
+    thread's output: a worker that cannot leave the caller's CPU stays."""
+    _in_subprocess("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+                   "from tests.kernels.test_pool import _gemm_program, _run\n"
+                   "from tests.harness import num_threads\n"
+                   "program, before = _gemm_program()\n"
+                   "with num_threads(1): want = _run(program, before)\n"
+                   "with num_threads(2): got = _run(program, before, 50)\n"
+                   "assert (got == want).all()")
