@@ -34,6 +34,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import heapq
+import itertools
 import os
 import re
 import threading
@@ -494,10 +496,34 @@ def _compile_part(text: str, provided: "frozenset[str]", opt: int, cache: "Objec
 
 def submit_part(text: str, provided: "frozenset[str]", *, opt: int = 3, cache: "ObjectCache | None" = None,
                 quick: bool = False) -> "futures.Future[ObjectCode]":
-    """Start compiling one part of a module on the compile threads (as `compile_parts` does);
-    `provided`: the functions other parts define for it."""
+    """Queue one part of a module for the compile threads (as `compile_parts` does), which take the
+    largest waiting part first; `provided`: the functions other parts define for it."""
     from .kernels import pool
-    return _compile_threads(pool.get_threads()).submit(_compile_part, text, provided, opt, cache, quick)
+    job: "futures.Future[ObjectCode]" = futures.Future()
+    with _waiting_lock:
+        heapq.heappush(_waiting, (-len(text), next(_submitted), job, (text, provided, opt, cache, quick)))
+    _compile_threads(pool.get_threads()).submit(_compile_largest_waiting)
+    return job
+
+
+_waiting_lock = threading.Lock()
+_waiting: list = []   # heap of (−IR characters, submission number, job, `_compile_part`'s arguments)
+_submitted = itertools.count()
+
+
+def _compile_largest_waiting() -> None:
+    """On a compile thread: compile the largest part still waiting (each `submit_part` queues one
+    such call).  Largest first, so the last part of a streamed module — with the segment drivers,
+    the largest — does not wait behind smaller parts submitted earlier, and the threads finish
+    together (longest-processing-time-first scheduling)."""
+    with _waiting_lock:
+        _, _, job, args = heapq.heappop(_waiting)
+    if not job.set_running_or_notify_cancel():
+        return
+    try:
+        job.set_result(_compile_part(*args))
+    except BaseException as exc:   # noqa: BLE001  (handed to whoever waits for the job, as an executor does)
+        job.set_exception(exc)
 
 
 def gather(jobs: "list[futures.Future[ObjectCode]]", t0: float,
@@ -539,8 +565,9 @@ def _compile_threads(n: int) -> futures.ThreadPoolExecutor:
 
 def _forget_compile_threads() -> None:
     """In a forked child: the parent's compile threads do not exist there."""
-    global _threads, _threads_lock
+    global _threads, _threads_lock, _waiting, _waiting_lock
     _threads, _threads_lock = None, threading.Lock()
+    _waiting, _waiting_lock = [], threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_compile_threads)

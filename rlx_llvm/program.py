@@ -131,36 +131,68 @@ class _Pipeline:
     def __init__(self, module, opt_level: int, cache) -> None:
         self.module, self.opt_level, self.cache = module, opt_level, cache
         self.streamed = Streamed(module)
+        self.held: list = []    # parts cut but not yet handed to the compile threads
         self.jobs: list = []
         self.t0 = 0.0
 
-    def cut(self, last: bool = False) -> None:
-        """Start compiling the newly emitted functions once there are enough of them."""
+    def cut(self, last: bool = False, min_chars: "int | None" = None) -> None:
+        """Cut the newly emitted functions into a part once there are `min_chars` (default
+        STREAM_PART_CHARS) of them, and hand parts to the compile threads while fewer than
+        `_emitting_threads()` compile."""
         self.streamed.broken |= self._links()   # IR kernels are linked into the whole text only
-        part = self.streamed.cut(STREAM_PART_CHARS, last)
+        part = self.streamed.cut(STREAM_PART_CHARS if min_chars is None else min_chars, last)
         if part is not None:
-            self.t0 = self.t0 or time.perf_counter()
-            self.jobs.append(jit.submit_part(*part, opt=self.opt_level, cache=self.cache))
+            self.held.append(part)
         elif self.streamed.broken:
+            self.held.clear()
             for job in self.jobs:   # they will be dropped: free the compile threads
                 job.cancel()
+        self._submit(_emitting_threads())
+
+    def before_driver(self) -> None:
+        """Once the module is being cut into parts, the functions emitted since the last part (a
+        quarter part or more) become a part before a segment's driver is emitted: the driver, a
+        call per thunk, is large and left for the last part."""
+        if self.jobs or self.held:
+            self.cut(min_chars=STREAM_PART_CHARS // 4)
+
+    def _submit(self, at_most: int) -> None:
+        """Hand held parts to the compile threads while fewer than `at_most` of ours compile."""
+        while self.held and sum(not job.done() for job in self.jobs) < at_most:
+            self.t0 = self.t0 or time.perf_counter()
+            self.jobs.append(jit.submit_part(*self.held.pop(0), opt=self.opt_level, cache=self.cache))
 
     def text(self) -> str:
         """The module's text, with its IR kernels linked in."""
         return custom_ops.link_ir_kernels(self.module) if self._links() else self.streamed.text()
 
+    def end(self) -> None:
+        """Once everything is emitted: the rest of the module becomes the last part and every part
+        goes to the compile threads — or, if nothing was cut or the cuts do not hold, none does."""
+        if (self.jobs or self.held) and self.streamed.holds():
+            self.cut(last=True)
+            self._submit(len(self.jobs) + len(self.held))
+            return
+        self.held.clear()
+        for job in self.jobs:   # dropped: free the compile threads
+            job.cancel()
+        self.jobs = []
+
     def finish(self, on_part) -> "jit.ObjectCode | jit.ObjectSet | None":
-        """The compiled parts, the rest of the module being the last; None if nothing was cut or
-        the cuts do not hold."""
-        if not self.jobs or not self.streamed.holds():
-            return None
-        self.cut(last=True)
-        return jit.gather(self.jobs, self.t0, on_part)
+        """The compiled parts (`end`), or None if the module was not compiled in parts."""
+        return jit.gather(self.jobs, self.t0, on_part) if self.jobs else None
 
     def _links(self) -> bool:
         """Whether the module declares IR kernels that `custom_ops.link_ir_kernels` links in."""
         prefix = f"{custom_ops.PREFIX}llvm."
         return any(f.is_declaration and f.name.startswith(prefix) for f in self.module.functions)
+
+
+def _emitting_threads() -> int:
+    """Compile threads that take parts while the module is still being emitted: one fewer than
+    configured, leaving a core to the emitting thread (Python, holding the GIL)."""
+    from .kernels import pool
+    return max(1, pool.get_threads() - 1)
 
 
 def _streaming(tiered: "bool | None", opt_level: int) -> bool:
@@ -285,9 +317,14 @@ class Program:
                     emitted += 1
                     if pipeline is not None and emitted % STREAM_CHECK_EVERY == 0:
                         pipeline.cut()
+                if pipeline is not None:
+                    pipeline.before_driver()
                 mb.driver(step, fns)
         self._report("emit", emitted, native)
-        return pipeline.text() if pipeline is not None else custom_ops.link_ir_kernels(mb.module)
+        if pipeline is None:
+            return custom_ops.link_ir_kernels(mb.module)
+        pipeline.end()   # the last parts compile while the collector, back on (`_gc_paused`), catches up
+        return pipeline.text()
 
     def _start_warm(self, meta: dict, cache) -> None:
         """Warm path: the plan and the object come from the cache; emitters are not even imported."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import locale
 import re
+import threading
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -15,6 +16,7 @@ import pytest
 import rlx_llvm as rl
 from rlx_llvm import jit, partition, program, testing
 from rlx_llvm.cache import ObjectCache
+from rlx_llvm.codegen import NativeStep
 from rlx_llvm.kernels import pool
 
 # t0_a and t1_b share an internal helper; t2_c and t3_d an external one that may be inlined; t4_e
@@ -269,3 +271,47 @@ def test_parts_are_cached_and_load_warm(mixed, one_part, monkeypatch, tmp_path):
     tiered = rl.compile(mixed.schedule, cache=False, tiered=True)   # quick parts now, O3 parts behind
     assert tiered.wait_optimized(120) and tiered.tier == 2
     assert run(mixed, tiered) == expected
+
+
+def test_compile_threads_take_the_largest_waiting_part_first(monkeypatch):
+    """Parts queued while every compile thread is busy start largest first: the last part of a
+    streamed module (the segment drivers) does not wait behind smaller parts cut before it."""
+    monkeypatch.setattr(pool, "get_threads", lambda: 1)
+    jit._compile_threads(1)
+    busy = {f"busy{k}": threading.Event() for k in range(jit._threads_size)}
+    entered, started = threading.Semaphore(0), []
+
+    def compile_part(text, *_):
+        if text in busy:
+            entered.release()
+            busy[text].wait(30)
+        else:
+            started.append(text)
+        return text
+
+    monkeypatch.setattr(jit, "_compile_part", compile_part)
+    blockers = [jit.submit_part(name, frozenset()) for name in busy]
+    for _ in busy:
+        assert entered.acquire(timeout=30)   # every compile thread is busy
+    texts = ["mm", "mmmm", "m", "mmm"]
+    parts = [jit.submit_part(text, frozenset()) for text in texts]
+    busy["busy0"].set()                      # one thread is free: it takes the waiting parts in turn
+    assert [job.result(30) for job in parts] == texts
+    for event in busy.values():
+        event.set()
+    assert [job.result(30) for job in blockers] == list(busy)
+    assert started == ["mmmm", "mmm", "mm", "m"]
+
+
+def test_a_streamed_segment_driver_is_a_part_of_its_own(chosen, monkeypatch):
+    """Once parts are being cut, what was emitted before the last segment's driver becomes a part:
+    the driver (a call per thunk) is the last part alone, and the same bits come out."""
+    ex = testing.pack([ex for ex in chosen if "CustomOp" not in ex.kinds])
+    expected = run(ex, compiled(ex, monkeypatch, 1))
+    monkeypatch.setattr(program, "STREAM_PART_CHARS", 1)
+    monkeypatch.setattr(program, "STREAM_CHECK_EVERY", 3)
+    prog = compiled(ex, monkeypatch, 2)
+    assert run(ex, prog) == expected
+    last = prog._code.parts[-1].optimized_ir
+    drivers = [step.symbol for step in prog._steps if isinstance(step, NativeStep)]
+    assert re.findall(r'^define [^@]*@"?([^"(]+)', last, re.M) == drivers[-1:]
