@@ -208,11 +208,14 @@ def _cpu_count(rt: _Runtime, b: ir.IRBuilder, mask: ir.Value) -> ir.Value:
 def _leave_callers_cpu(rt: _Runtime, b: ir.IRBuilder, allowed: ir.Value, elsewhere: ir.Value,
                        spread: ir.Value) -> None:
     """If this worker runs on the CPU the job's caller runs on (a wake-up placed it there) and
-    `spread` (it may run on another), move: narrow the affinity to `allowed` minus that CPU, then
-    give `allowed` back (the thread stays where it was moved; the affinity is not left narrowed)."""
+    `spread` (it could run on another when it started), move: read its affinity into `allowed`
+    (someone may have changed it since), narrow it to that minus this CPU, then give `allowed` back
+    (the thread stays where it was moved; the affinity is not left narrowed; with no other CPU
+    allowed any more, the narrowing fails and it stays)."""
     cpu = rt.cpu(b)
     same = b.icmp_signed("==", cpu, rt.load(b, "caller_cpu", "monotonic"))
     with b.if_then(b.and_(spread, same)):
+        _affinity(rt, b, "sched_getaffinity", allowed)
         b.store(b.load(allowed, typ=CPU_SET), elsewhere)
         word = b.gep(elsewhere, [I32(0), b.lshr(cpu, I32(6))], inbounds=True)
         bit = b.shl(I64(1), b.zext(b.and_(cpu, I32(63)), I64))

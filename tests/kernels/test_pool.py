@@ -297,3 +297,20 @@ def test_regions_finish_on_a_single_cpu() -> None:
                    "with num_threads(1): want = _run(program, before)\n"
                    "with num_threads(2): got = _run(program, before, 50)\n"
                    "assert (got == want).all()")
+
+
+def test_a_narrowing_after_the_workers_started_is_kept() -> None:
+    """`taskset -a`-style: every thread confined to one CPU after the workers started; later wake-ups
+    put the worker beside its caller, and it must not widen its affinity again to leave."""
+    _in_subprocess("import os, time\n"
+                   "import numpy as np\n"
+                   "from tests.kernels.test_pool import _driver, _allowed_cpus_of_every_thread, DATA_BYTES, CHUNKS\n"
+                   "drive, d = _driver(), np.zeros(DATA_BYTES // 8, np.int64)\n"
+                   "drive(d.ctypes.data, 20, 2); time.sleep(0.05)  # the worker asleep, not mid-move\n"
+                   "one = {min(os.sched_getaffinity(0))}\n"
+                   "for tid in os.listdir(f'/proc/{os.getpid()}/task'): os.sched_setaffinity(int(tid), one)\n"
+                   "want = _allowed_cpus_of_every_thread()\n"
+                   "for _ in range(20):\n"
+                   "    drive(d.ctypes.data, 20, 2); time.sleep(0.005)\n"
+                   "assert (d[:CHUNKS] == 420).all() and d[-1] == 0\n"
+                   "assert len(want) == 1 and _allowed_cpus_of_every_thread() == want, _allowed_cpus_of_every_thread()")
