@@ -107,10 +107,15 @@ class _Runtime:
         b._insert(ir.instructions.StoreAtomicInstr(b.block, value, g, order, _size(g.value_type)))
 
     def count(self, b: ir.IRBuilder, stat: str, value: ir.Value) -> None:
-        """Add `value` to the counter `stat` (of `STATS` or `WORKER_STATS`)."""
-        table, names = (self.stats, STATS) if stat in STATS else (self.worker_stats, WORKER_STATS)
-        at = b.gep(table, [I32(0), I32(names.index(stat))], inbounds=True)
-        b.atomic_rmw("add", at, value, "monotonic")
+        """Add `value` to the counter `stat`: one of `STATS`, which only the job's owner writes (a
+        plain load and store), or of `WORKER_STATS` (an atomic add: workers share them)."""
+        if stat in STATS:
+            at = b.gep(self.stats, [I32(0), I32(STATS.index(stat))], inbounds=True)
+            old = b.load_atomic(at, "monotonic", 8, typ=I64)
+            b._insert(ir.instructions.StoreAtomicInstr(b.block, b.add(old, value), at, "monotonic", 8))
+        else:
+            at = b.gep(self.worker_stats, [I32(0), I32(WORKER_STATS.index(stat))], inbounds=True)
+            b.atomic_rmw("add", at, value, "monotonic")
 
     def cpu(self, b: ir.IRBuilder) -> ir.Value:
         return b.call(self.declare("sched_getcpu", ir.FunctionType(I32, [])), [])
