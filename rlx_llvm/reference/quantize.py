@@ -144,8 +144,10 @@ def lsq_psi(z: np.ndarray, q_max: float) -> np.ndarray:
 
 @reference(T.FakeQuantizeLSQBackwardScale)
 def fake_quantize_lsq_backward_scale(arena: np.ndarray, t: T.FakeQuantizeLSQBackwardScale) -> None:
-    """`dscale[c] = Σ ψ(x/s[c])·dy` over channel `c`, in float64."""
+    """`dscale[c] = Σ ψ(x/s[c])·dy` over channel `c`: each term an f32 product (as RLX's, so one that
+    overflows is ±inf and meets an infinite term as NaN), summed in float64."""
     with np.errstate(all="ignore"):
         z = by_channel(arena, t, t.x) / lsq_scale(arena, t)
-        terms = lsq_psi(z, Q_MAX[t.bits]) * by_channel(arena, t, t.dy)
-        view(arena, t.dscale, np.float32, t.chan_dim)[:] = terms.sum(axis=(0, 2)).astype(np.float32)
+        terms = lsq_psi(z, Q_MAX[t.bits]).astype(np.float32) * by_channel(arena, t, t.dy)
+        total = terms.sum(axis=(0, 2), dtype=np.float64)
+        view(arena, t.dscale, np.float32, t.chan_dim)[:] = total.astype(np.float32)

@@ -175,6 +175,9 @@ def add_lsq(s: Suite, kind, layout: tuple, bits: int, x: "np.ndarray | None" = N
 
 # LSQ scale gradient, 2 bits (q_max 1), s = 1, dy = 1: ψ = −0.3, −0.3, 1, −1, 0.5 (a tie rounds away) → −0.1
 LSQ_X = np.array([0.3, -0.7, 2.0, -5.0, 0.5], np.float32)
+# 4 bits (q_max 7), s = 1: ψ = 7 for both; the f32 term 7·(−3e38) overflows to −inf, and −inf + 7·inf is NaN
+# (RLX multiplies in f32; a float64 product, −2.1e39, would sum to +inf)
+LSQ_OVERFLOW_X, LSQ_OVERFLOW_DY = np.array([10.0, 10.0], np.float32), np.array([-3e38, np.inf], np.float32)
 
 
 def build() -> Suite:
@@ -218,6 +221,9 @@ def build() -> Suite:
     add_lsq(s, T.FakeQuantizeLSQBackwardScale, (1, 1, LSQ_X.size), 2, LSQ_X, np.ones(1, np.float32),
             np.ones(LSQ_X.size, np.float32), tag="-spec")
     s.cases[-1].expect = (s.cases[-1].outputs[0][0], np.array([-0.1], np.float32))
+    add_lsq(s, T.FakeQuantizeLSQBackwardScale, (1, 1, 2), 4, LSQ_OVERFLOW_X, np.ones(1, np.float32),
+            LSQ_OVERFLOW_DY, tag="-overflow")
+    s.cases[-1].expect = (s.cases[-1].outputs[0][0], np.array([np.nan], np.float32))
     return s
 
 
@@ -249,6 +255,10 @@ def test_dequantize_inverts_quantize_on_the_grid() -> None:
 
 def test_lsq_scale_gradient_spec(outcome: Outcome) -> None:
     outcome.check_spec("FakeQuantizeLSQBackwardScale-(1, 1, 5)-2bit-spec", rtol=1e-6)
+
+
+def test_lsq_scale_gradient_terms_are_f32_products(outcome: Outcome) -> None:
+    outcome.check_spec("FakeQuantizeLSQBackwardScale-(1, 1, 2)-4bit-overflow")
 
 
 def test_ema_spec_writes_the_blended_state(outcome: Outcome) -> None:
