@@ -877,14 +877,31 @@ def _log_dd(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     return _log_specials(b, x, top, 0.0), b.fsub(lo, b.fsub(top, hi))
 
 
+def _exp_dd(b: ir.IRBuilder, hi: ir.Value, lo: ir.Value) -> ir.Value:
+    """e^(hi + lo) (f64, |lo| ≤ ulp(hi)) rounded once, to ≈ 0.51 ulp: `exp` whose reduced argument is the exact
+    pair r + rl = hi − n·ln2 + lo and whose e^r = (1 + r) + (r²·P(r) + rl) keeps 1 + r exact until the last add.
+    (e^hi·(1 + lo) instead rounds twice, up to 1.44 ulp: pow(5.7848358101997675e135, 1.01).)"""
+    lo_limit, hi_limit = _exp_limits(F64)
+    lo = b.select(b.fcmp_ordered("<", fabs(b, hi), splat_like(hi, hi_limit)), lo, splat_like(lo, 0.0))
+    x = clamp_num(b, hi, lo_limit, hi_limit)
+    n = rint(b, b.fmul(x, splat_like(x, 1.0 / math.log(2.0))))
+    r, rl = _two_sum(b, fma(b, n, splat_like(x, -LN2_HI[F64]), x), fma(b, n, splat_like(x, -LN2_LO[F64]), lo))
+    one_r, one_r_err = _fast_two_sum(b, splat_like(x, 1.0), r)
+    small = fma(b, b.fmul(r, r), poly(b, r, EXP_P[F64]), b.fadd(rl, one_r_err))
+    return b.select(is_nan(b, hi), hi, ldexp(b, b.fadd(one_r, small), _to_int(b, n)))
+
+
+def _fast_two_sum(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """x + y = s + err exactly for |x| ≥ |y| (Dekker's FastTwoSum)."""
+    s = b.fadd(x, y)
+    return s, b.fsub(y, b.fsub(s, x))
+
+
 def _pow_f64_magnitude(b: ir.IRBuilder, ax: ir.Value, y: ir.Value) -> ir.Value:
-    """|x|^y = e^p·(1 + pl), where y·ln|x| = p + pl is carried to ~2^−66."""
+    """|x|^y = e^(p + pl), where y·ln|x| = p + pl is carried to ~2^−66."""
     hi, lo = _log_dd(b, ax)
     p, pl = _two_prod(b, y, hi)
-    pl = fma(b, y, lo, pl)
-    ep = exp(b, p)
-    fixed = fma(b, ep, pl, ep)
-    return b.select(b.fcmp_ordered("==", fixed, fixed), fixed, ep)   # NaN only where e^p or pl is not finite
+    return _exp_dd(b, p, fma(b, y, lo, pl))
 
 
 def pow(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
