@@ -234,7 +234,8 @@ class Row:
     def fold(self, init: list[ir.Value], step: Callable) -> list[ir.Value]:
         """Carry `init` over the tokens in index order: `vals = step(j, p[j], vals)`."""
         return carried_loop(self.ctx, 0, self.vocab, 1, init,
-                            lambda j, vals: step(j, self.load(self.values, F32, j), vals), name="fold")
+                            lambda j, vals: step(j, self.load(self.values, F32, j), vals), name="fold",
+                            vectorize=False)   # in order by definition; see toolkit.no_vectorize
 
     def total(self) -> ir.Value:
         """The sequential f32 sum of the values (RLX's order)."""

@@ -290,9 +290,10 @@ class Loop:
 
 @contextlib.contextmanager
 def counted_loop(ctx: EmitContext, start: Index, stop: Index, step: int = 1, carried: Sequence[ir.Value] = (),
-                 name: str = "i") -> Iterator[Loop]:
+                 name: str = "i", vectorize: bool = True) -> Iterator[Loop]:
     """The one loop primitive: `for i in range(start, stop, step)` over i64 (signed compare),
-    threading `carried` values through phis; the body is emitted inside the `with` block."""
+    threading `carried` values through phis; the body is emitted inside the `with` block.  With
+    `vectorize=False` LLVM's loop vectorizer leaves the loop alone (`no_vectorize`)."""
     b = ctx.b
     pre = b.block
     header = ctx.fn.append_basic_block(f"{name}.header")
@@ -316,9 +317,27 @@ def counted_loop(ctx: EmitContext, start: Index, stop: Index, step: int = 1, car
     i.add_incoming(b.add(i, I64(step), name=f"{name}.next", flags=("nsw",)), b.block)
     for p, v in zip(phis, loop.next):
         p.add_incoming(v, b.block)
-    b.branch(header)
+    latch = b.branch(header)
+    if not vectorize:
+        latch.set_metadata("llvm.loop", no_vectorize(ctx.module))
     b.position_at_end(done)
     loop.values = phis
+
+
+def no_vectorize(module: ir.Module) -> ir.MDValue:
+    """The module's loop ID `!{self, !{"llvm.loop.vectorize.enable", i1 false}}` (one per module).
+
+    For sequential scans whose vectorized form buys nothing: LLVM 22's loop vectorizer, as built
+    into llvmlite (assertions on), aborts the process on some of them — a carried index/sum scan of
+    76–78 iterations on znver5 fails `computeBestVF`'s "VPlan cost model and legacy cost model
+    disagreed" (docs/architecture.md)."""
+    cached = getattr(module, "_rlx_no_vectorize", None)
+    if cached is None:
+        option = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)])
+        cached = ir.MDValue(module, [], name=str(len(module.metadata)))
+        cached.operands = (cached, option)   # a loop ID names itself
+        module._rlx_no_vectorize = cached
+    return cached
 
 
 @contextlib.contextmanager
@@ -329,10 +348,10 @@ def for_range(ctx: EmitContext, start: Index, stop: Index, step: int = 1, name: 
 
 
 def carried_loop(ctx: EmitContext, start: Index, stop: Index, step: int, init: Sequence[ir.Value],
-                 body: Callable[[ir.Value, list[ir.Value]], Sequence[ir.Value]], name: str = "r"
-                 ) -> list[ir.Value]:
+                 body: Callable[[ir.Value, list[ir.Value]], Sequence[ir.Value]], name: str = "r",
+                 vectorize: bool = True) -> list[ir.Value]:
     """`for i in range(start, stop, step): vals = body(i, vals)`; returns the final `vals`."""
-    with counted_loop(ctx, start, stop, step, init, name) as loop:
+    with counted_loop(ctx, start, stop, step, init, name, vectorize) as loop:
         loop.carry(body(loop.index, list(loop.values)))
     return loop.values
 

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -252,3 +254,23 @@ def test_rows_draw_one_shared_stream(sample_outcome) -> None:
 def test_sample_bad_input(fields: dict, field: str) -> None:
     t = dict(logits=0, dst=256, batch=2, vocab=7, top_k=0, top_p=1.0, temperature=1.0, seed=0) | fields
     expect_invalid(T.Sample(**t), 512, field)
+
+
+SWEEP = r"""
+import rlx_llvm as rl
+from rlx_llvm import thunks as T
+batch, thunks, top = 3, [], 0
+for vocab in range(1, 129):
+    top_k, top_p, temperature = ((0, 1.0, 1.0), (min(5, vocab), 0.9, 0.7), (0, 1.0, 0.0))[vocab % 3]
+    thunks.append(T.Sample(logits=top, dst=top + 4 * batch * vocab, batch=batch, vocab=vocab, top_k=top_k,
+                           top_p=top_p, temperature=temperature, seed=vocab))
+    top += 4 * batch * (vocab + 1)
+rl.compile(rl.ThunkSchedule(thunks, arena_bytes=top), cache=False)
+"""
+
+
+def test_sample_compiles_at_every_small_vocab() -> None:
+    """Every vocabulary of 1–128 tokens compiles (in a child process: LLVM's loop vectorizer, built
+    with assertions, aborted the process on znver5 for the sequential scans at 76–78 tokens)."""
+    done = subprocess.run([sys.executable, "-c", SWEEP], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
