@@ -144,9 +144,7 @@ class _Pipeline:
         if part is not None:
             self.held.append(part)
         elif self.streamed.broken:
-            self.held.clear()
-            for job in self.jobs:   # they will be dropped: free the compile threads
-                job.cancel()
+            self._drop()
         self._submit(_emitting_threads())
 
     def before_driver(self) -> None:
@@ -170,11 +168,16 @@ class _Pipeline:
         """Once everything is emitted: the rest of the module becomes the last part and every part
         goes to the compile threads — or, if nothing was cut or the cuts do not hold, none does."""
         if (self.jobs or self.held) and self.streamed.holds():
-            self.cut(last=True)
-            self._submit(len(self.jobs) + len(self.held))
-            return
+            self.cut(last=True)   # may find the cuts broken (an IR kernel to link): then nothing is kept
+            if not self.streamed.broken:
+                self._submit(len(self.jobs) + len(self.held))
+                return
+        self._drop()
+
+    def _drop(self) -> None:
+        """Forget every part (the module will be split anew): free the compile threads."""
         self.held.clear()
-        for job in self.jobs:   # dropped: free the compile threads
+        for job in self.jobs:
             job.cancel()
         self.jobs = []
 

@@ -243,13 +243,17 @@ def test_parts_give_the_same_code_and_bits(mixed, one_part, monkeypatch):
     assert jit._declared_externals(whole.llvm_ir()) == walked_externals(whole.llvm_ir())
 
 
-@pytest.mark.parametrize("case", ["plain", "twice", "kernel"])
+@pytest.mark.parametrize("case", ["plain", "twice", "kernel", "kernel_last"])
 def test_parts_compiled_while_emitting_give_the_same_bits(chosen, monkeypatch, case):
     """A part per thunk as soon as it is emitted.  Twice the examples: the second GEMM uses the
     first's register tiles (internal functions), so the cuts do not hold and the module is split
-    anew, in 2; so is a module with an IR kernel to link (never streamed)."""
+    anew, in 2; so is a module with an IR kernel to link (never streamed) — also when the kernel
+    comes last, found only by the last cut (which once left the parts cut before it as the whole)."""
     plain = testing.pack([ex for ex in chosen if "CustomOp" not in ex.kinds])
-    ex = {"plain": plain, "twice": testing.pack([plain, plain]), "kernel": testing.pack(chosen)}[case]
+    kernel_last = testing.pack([*(ex for ex in chosen if "CustomOp" not in ex.kinds),
+                                *(ex for ex in chosen if "CustomOp" in ex.kinds)])
+    ex = {"plain": plain, "twice": testing.pack([plain, plain]), "kernel": testing.pack(chosen),
+          "kernel_last": kernel_last}[case]
     expected = run(ex, compiled(ex, monkeypatch, 1))
     monkeypatch.setattr(program, "STREAM_PART_CHARS", 1)
     monkeypatch.setattr(program, "STREAM_CHECK_EVERY", 1)
