@@ -29,7 +29,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK, BLOCKS, LEN = 1024, 4096, 256
 
-CHILD = r"""
+SCHEDULE = r"""
 import json, resource, sys, time
 t_import = time.perf_counter()
 import numpy as np
@@ -53,6 +53,11 @@ def thunk(i):
 
 schedule = ThunkSchedule([thunk(i) for i in range(n)], arena_bytes=blocks * block)
 rl.set_num_threads(int(threads))
+"""
+"""A child's preamble: `schedule` built from its arguments, the compile threads set (also used by
+bench_compile_replay.py)."""
+
+CHILD = SCHEDULE + r"""
 t0, c0 = time.perf_counter(), time.process_time()
 if profile == "1":
     import cProfile, pstats
