@@ -20,11 +20,12 @@ from llvmlite import ir
 
 from .. import thunks as T
 from ..errors import ValidationError
+from . import vecmath as vm
 from .context import EmitContext
 from .toolkit import (F32, FASTMATH, I64, Index, carried_loop, iadd, imul, load_lanes, prefetch, span_loop, splat, sqrt,
                       store_lanes, width_of)
 from ..registry import lowering
-from .rows import SUM, next_row_base, offset_table, parallel_rows, reduce_row, row_offset, stream_rows
+from .rows import SUM, SUM_SQUARES, next_row_base, offset_table, parallel_rows, reduce_row, row_offset, stream_rows
 
 Load = Callable[[Index, int], ir.Value]            # (element j of the row, lanes) → v
 Store = Callable[[Index, ir.Value], None]          # (element j, ŷ) → applies the affine, stores
@@ -54,26 +55,21 @@ def row_stats(ctx: EmitContext, n: int, load: Load, stats: Stats) -> tuple[ir.Va
     count = ir.Constant(F32, float(n))
     eps = ir.Constant(F32, stats.eps)
     if not stats.center:
-        (s2,) = reduce_row(ctx, n, lambda j, w: (_square(b, load(j, w)),), [SUM])
+        (s2,) = reduce_row(ctx, n, lambda j, w: (load(j, w),), [SUM_SQUARES])
         return None, inv_sqrt(ctx, b.fadd(b.fdiv(s2, count), eps))
     if stats.two_pass:
         (s1,) = reduce_row(ctx, n, lambda j, w: (load(j, w),), [SUM])
         mean = b.fdiv(s1, count)
-        (s2,) = reduce_row(ctx, n, lambda j, w: (_square(b, _f(b, "fsub", load(j, w), splat(b, mean, w))),),
-                           [SUM])
+        (s2,) = reduce_row(ctx, n, lambda j, w: (_f(b, "fsub", load(j, w), splat(b, mean, w)),), [SUM_SQUARES])
         var = b.fdiv(s2, count)
     else:
         def both(j: Index, w: int) -> tuple[ir.Value, ir.Value]:
             v = load(j, w)
-            return v, _square(b, v)
-        s1, s2 = reduce_row(ctx, n, both, [SUM, SUM])
+            return v, v
+        s1, s2 = reduce_row(ctx, n, both, [SUM, SUM_SQUARES])
         mean = b.fdiv(s1, count)
         var = b.fsub(b.fdiv(s2, count), b.fmul(mean, mean))  # one-pass, biased, unclamped (RLX)
     return mean, inv_sqrt(ctx, b.fadd(var, eps))
-
-
-def _square(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    return _f(b, "fmul", v, v)
 
 
 def normalized(ctx: EmitContext, v: ir.Value, mean: ir.Value | None, inv: ir.Value) -> ir.Value:
@@ -111,11 +107,11 @@ def emit_row_norm(ctx: EmitContext, rows: int, h: int, stats: Stats, bind: RowIO
 
 
 def affine_store(ctx: EmitContext, g: int, bias: int, dst: int, base: ir.Value, streaming: bool) -> Store:
-    """`dst[base + j] = ŷ·g[j] + b[j]`."""
+    """`dst[base + j] = ŷ·g[j] + b[j]`, one explicit fma (the same bits on every tier)."""
     def store(j: Index, y: ir.Value) -> None:
-        b, w = ctx.b, width_of(y)
-        out = _f(b, "fadd", _f(b, "fmul", y, ctx.load(g, F32, j, w)), ctx.load(bias, F32, j, w))
-        ctx.store(dst, out, iadd(b, base, j), streaming=streaming)
+        w = width_of(y)
+        out = vm.fma(ctx.b, y, ctx.load(g, F32, j, w), ctx.load(bias, F32, j, w))
+        ctx.store(dst, out, iadd(ctx.b, base, j), streaming=streaming)
     return store
 
 
@@ -201,7 +197,7 @@ def ada_layer_norm(ctx: EmitContext, t) -> None:
             b, w = sub.b, width_of(y)
             k = iadd(b, m, j)
             scale = _f(b, "fadd", splat(b, one, w), sub.load(t.scale, F32, k, w))
-            out = _f(b, "fadd", _f(b, "fmul", y, scale), sub.load(t.shift, F32, k, w))
+            out = vm.fma(b, y, scale, sub.load(t.shift, F32, k, w))
             sub.store(t.dst, out, iadd(b, base, j), streaming=streaming)
         return row_loader(sub, base, (t.src,)), store
     emit_row_norm(ctx, t.rows, t.h, Stats(t.layer_norm, True, t.eps), bind, 8 * t.h, (t.src,))
@@ -281,7 +277,7 @@ def _group_out(ctx: EmitContext, t, base: Index, j: Index, c: Index, lane_channe
         g, bias = ctx.load(t.g, F32, ch, w), ctx.load(t.b, F32, ch, w)
     else:
         g, bias = splat(b, ctx.load(t.g, F32, c), w), splat(b, ctx.load(t.b, F32, c), w)
-    ctx.store(t.dst, _f(b, "fadd", _f(b, "fmul", y, g), bias), idx, streaming=streaming)
+    ctx.store(t.dst, vm.fma(b, y, g, bias), idx, streaming=streaming)
 
 
 # ── LayerNorm2d ─────────────────────────────────────────────────────────────
@@ -308,15 +304,15 @@ def layer_norm_2d(ctx: EmitContext, t) -> None:
         zero = splat(b, ir.Constant(F32, 0.0), w)
         (s1,) = carried_loop(sub, 0, c, 1, [zero], lambda ch, a: [b.fadd(a[0], at(ch), flags=FASTMATH)], "sum")
         mean = _f(b, "fdiv", s1, splat(b, count, w))
-        (s2,) = carried_loop(sub, 0, c, 1, [zero], lambda ch, a: [b.fadd(a[0], _square(b, _f(b, "fsub", at(ch), mean)),
-                                                                         flags=FASTMATH)], "var")
+        (s2,) = carried_loop(sub, 0, c, 1, [zero],
+                             lambda ch, a: [SUM_SQUARES.accumulate(sub, a[0], _f(b, "fsub", at(ch), mean))], "var")
         var = _f(b, "fdiv", s2, splat(b, count, w))
         inv = b.fdiv(splat(b, ir.Constant(F32, 1.0), w), sqrt(sub, b.fadd(var, splat(b, eps, w))))
         with sub.for_range(0, c, name="out") as ch:
             y = _f(b, "fmul", _f(b, "fsub", at(ch), mean), inv)
             g = splat(b, sub.load(t.g, F32, ch), w)
             bias = splat(b, sub.load(t.b, F32, ch), w)
-            store_lanes(sub, t.dst, _f(b, "fadd", _f(b, "fmul", y, g), bias), iadd(b, base, imul(b, ch, hw)), mask)
+            store_lanes(sub, t.dst, vm.fma(b, y, g, bias), iadd(b, base, imul(b, ch, hw)), mask)
 
     def body(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
         with sub.for_range(start, stop, name="unit") as u:
@@ -367,9 +363,8 @@ def batch_norm_inference(ctx: EmitContext, t) -> None:
         def step(j: Index, lanes: int) -> None:
             b = sub.b
             idx = iadd(b, base, j)
-            y = _f(b, "fadd", _f(b, "fmul", sub.load(t.src, F32, idx, lanes),
-                                 sub.load(alpha, F32, j, lanes, base=sub.scratch)),
-                   sub.load(beta, F32, j, lanes, base=sub.scratch))
+            y = vm.fma(b, sub.load(t.src, F32, idx, lanes), sub.load(alpha, F32, j, lanes, base=sub.scratch),
+                       sub.load(beta, F32, j, lanes, base=sub.scratch))
             sub.store(t.dst, y, idx, streaming=streaming)
         sub.vector_loop(n, step)
 

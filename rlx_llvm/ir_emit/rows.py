@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 from llvmlite import ir
 
+from . import vecmath as vm
 from .context import EmitContext
 from .toolkit import (F32, FASTMATH, I32, I64, REASSOC, Index, carried_loop, fconst, iadd, imul, scalar_of, sizeof,
                       splat, suffix, vec, width_of)
@@ -37,6 +38,7 @@ class Combine:
 
     name: str        # "fadd", "fmul", "fmax", "fmin" (the llvm.vector.reduce.* suffix)
     identity: float
+    squares: bool = False   # a sum of squares: each term y enters as y², fused into the sum (`accumulate`)
 
     def __call__(self, ctx: EmitContext, acc: ir.Value, y: ir.Value) -> ir.Value:
         """Combine an accumulator (never NaN: it starts at the identity) with `y`, lane by lane.
@@ -49,6 +51,15 @@ class Combine:
         if self.name == "fmul":
             return b.fmul(acc, y, flags=FASTMATH)
         return b.select(b.fcmp_ordered(">" if self.name == "fmax" else "<", y, acc), y, acc)
+
+    def accumulate(self, ctx: EmitContext, acc: ir.Value, y: ir.Value) -> ir.Value:
+        """Fold the term `y` into an accumulator: `acc + y²` as one `llvm.fma` for a sum of squares, else
+        `self(acc, y)`.  Explicit, not a `contract` fmul + fadd: whether that pair fuses is up to the
+        optimizer (O3 on AVX-512 vectorizes a scalar tail's squares apart from their adds; the quick tier
+        fuses them), and the bits must not depend on the tier or the target."""
+        if self.squares:
+            return vm.fma(ctx.b, y, y, acc)
+        return self(ctx, acc, y)
 
     def horizontal(self, ctx: EmitContext, v: ir.Value) -> ir.Value:
         """Reduce a vector's lanes to one scalar (a scalar is returned unchanged)."""
@@ -65,6 +76,7 @@ class Combine:
 
 
 SUM = Combine("fadd", 0.0)
+SUM_SQUARES = Combine("fadd", 0.0, squares=True)   # Σ y² (partial sums combine as SUM's)
 PROD = Combine("fmul", 1.0)
 MAX = Combine("fmax", -math.inf)
 MIN = Combine("fmin", math.inf)
@@ -91,7 +103,7 @@ def reduce_row(ctx: EmitContext, n: int, terms: Terms, ops: Sequence[Combine], e
         for u in range(accs):
             vals = terms(iadd(ctx.b, i, u * w), w)
             for k, op in enumerate(ops):
-                out[k * accs + u] = op(ctx, out[k * accs + u], vals[k])
+                out[k * accs + u] = op.accumulate(ctx, out[k * accs + u], vals[k])
         return out
 
     if main:
@@ -100,7 +112,7 @@ def reduce_row(ctx: EmitContext, n: int, terms: Terms, ops: Sequence[Combine], e
     for s in range(main, vec_end, w):
         vals = terms(s, w)
         for k, op in enumerate(ops):
-            acc[k][0] = op(ctx, acc[k][0], vals[k])
+            acc[k][0] = op.accumulate(ctx, acc[k][0], vals[k])
     totals = []
     for k, op in enumerate(ops):
         lanes = acc[k]
@@ -111,7 +123,7 @@ def reduce_row(ctx: EmitContext, n: int, terms: Terms, ops: Sequence[Combine], e
     if n > vec_end:
         def tail(i: ir.Value, cur: list[ir.Value]) -> list[ir.Value]:
             vals = terms(i, 1)
-            return [op(ctx, c, v) for op, c, v in zip(ops, cur, vals)]
+            return [op.accumulate(ctx, c, v) for op, c, v in zip(ops, cur, vals)]
         totals = carried_loop(ctx, vec_end, n, 1, totals, tail, name="acc.tail")
     return totals
 
