@@ -331,18 +331,25 @@ def exp_shifted(b: ir.IRBuilder, t: ir.Value) -> ir.Value:
     return b.select(low, splat_like(t, 0.0), b.fmul(p, pow2i(b, _to_int(b, n), F32)))
 
 
+ERFC_SCALE = 64   # `_exp_with_tail` builds 2^(n + 64), normal for every n ∈ [−190, 63] (erfc's n ∈ [−156, 0])
+
+
 def _exp_with_tail(b: ir.IRBuilder, hi: ir.Value, c0: ir.Value, rest: ir.Value) -> ir.Value:
     """e^(hi + c0 + rest) for an exact hi ∈ [−110, 0] and |c0|, |rest| ≲ 3 (erfc: e^(−x²+g)).
 
     c0 and rest are added after the exact Cody–Waite step, where the partial sum is small, so
-    the ~0.5 ulp rounding errors of |hi| and |c0| never enter the result."""
-    n = rint(b, b.fmul(b.fadd(b.fadd(hi, c0), rest), splat_like(hi, 1.0 / math.log(2.0))))
+    the ~0.5 ulp rounding errors of |hi| and |c0| never enter the result.  n = rint(sum/ln2) comes from
+    the rounding sum `shifted` (no rint, no float→int conversion) and the result is (p·2^(n+64))·2^−64:
+    the first product exact, the second rounding once — `ldexp`'s bits with one power of two built."""
+    shifted = b.fadd(b.fmul(b.fadd(b.fadd(hi, c0), rest), splat_like(hi, 1.0 / math.log(2.0))),
+                     splat_like(hi, ROUND_SHIFTER_F32))
+    n = b.fsub(shifted, splat_like(hi, ROUND_SHIFTER_F32))
     r = fma(b, n, splat_like(hi, -LN2_HI[F32]), hi)
     r = b.fadd(r, c0)
     r = fma(b, n, splat_like(hi, -LN2_LO[F32]), r)
     r = b.fadd(r, rest)
     p = b.fadd(_expm1_poly(b, r), splat_like(hi, 1.0))
-    return ldexp(b, p, _to_int(b, n))
+    return b.fmul(b.fmul(p, _pow2_of_shifted(b, shifted, ERFC_SCALE)), splat_like(hi, 2.0 ** -ERFC_SCALE))
 
 
 def expm1(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -391,6 +398,13 @@ def scaled_by_sigmoid(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return _scaled_by_logistic(b, x, y, shifted, b.fadd(_expm1_poly(b, r), one))
 
 
+def _pow2_of_shifted(b: ir.IRBuilder, shifted: ir.Value, offset: int) -> ir.Value:
+    """2^(n + offset) for the n held in the low bits of `shifted` = n + 1.5·2^23 (f32), as exponent bits:
+    the shift drops every bit above the low 9, so n + 127 + offset must lie in [1, 254] (a normal result)."""
+    bits = to_bits(b, shifted)
+    return from_bits(b, b.shl(b.add(bits, splat_like(bits, 127 + offset)), splat_like(bits, 23)), F32)
+
+
 def _floored(b: ir.IRBuilder, t: ir.Value, floor: float) -> ir.Value:
     """max(t, floor) as one compare-select (one `maxps`); a NaN t gives the floor."""
     lo = splat_like(t, floor)
@@ -405,9 +419,7 @@ def _scaled_by_logistic(b: ir.IRBuilder, x: ir.Value, v: ir.Value, shifted: ir.V
     q = x/(1+e), or (q·e·2^30)·2^−30 for v < 0, whose last product rounds once into the denormals.  No
     overflow; ±inf and NaN give the formula's IEEE results (x = −inf with v = −inf: −inf·0 = NaN)."""
     one = splat_like(x, 1.0)
-    bits = to_bits(b, shifted)
-    scale = from_bits(b, b.shl(b.add(bits, splat_like(bits, 127 + SIG_SCALE)), splat_like(bits, 23)), F32)
-    e_scaled = b.fmul(mantissa, scale)                                      # e·2^30
+    e_scaled = b.fmul(mantissa, _pow2_of_shifted(b, shifted, SIG_SCALE))  # e·2^30
     q = b.fdiv(x, fma(b, e_scaled, splat_like(x, 2.0 ** -SIG_SCALE), one))
     tail = b.fmul(b.fmul(q, e_scaled), splat_like(x, 2.0 ** -SIG_SCALE))
     return b.select(b.fcmp_ordered("<", v, splat_like(v, 0.0)), tail, q)
@@ -507,14 +519,7 @@ def _erf_small(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def _erfc_tail(b: ir.IRBuilder, a: ir.Value) -> ir.Value:
     """erfc(a) = e^(−a² + g(a)) for a ≥ 0.5 (a already clamped to the table range)."""
     fty = scalar_of(a.type)
-    pieces = ERFC_G_F32 if fty == F32 else ERFC_G_F64
-    ncoef = len(pieces[0][2])
-    mid = splat_like(a, pieces[-1][1])
-    coeffs = [splat_like(a, pieces[-1][2][k]) for k in range(ncoef)]
-    for top, m, cs in reversed(pieces[:-1]):
-        inside = b.fcmp_ordered("<", a, splat_like(a, top))
-        mid = b.select(inside, splat_like(a, m), mid)
-        coeffs = [b.select(inside, splat_like(a, cs[k]), coeffs[k]) for k in range(ncoef)]
+    mid, coeffs = _piece_of(b, a, ERFC_G_F32 if fty == F32 else ERFC_G_F64)
     s = b.fsub(a, mid)
     g1 = coeffs[-1]                                    # g = c0 + s·g1(s)
     for c in reversed(coeffs[1:-1]):
@@ -526,9 +531,81 @@ def _erfc_tail(b: ir.IRBuilder, a: ir.Value) -> ir.Value:
     return exp(b, fma(b, b.fneg(a), a, fma(b, s, g1, coeffs[0])))
 
 
+Pieces = Sequence[tuple[float, float, Sequence[float]]]   # (top, mid, coefficients), tops increasing
+
+
+def _piece_of(b: ir.IRBuilder, a: ir.Value, pieces: Pieces) -> tuple[ir.Value, list[ir.Value]]:
+    """Each lane's (mid, coefficients) of the piece holding a (the first with a < top, else the last):
+    one permute per value where the target has a variable lane permute for a's vector type, else selects."""
+    if permute_intrinsic(a.type):
+        index = _doubling_piece_index(b, a, pieces)
+        return (_permute(b, index, [p[1] for p in pieces], pieces, a.type),
+                [_permute(b, index, [p[2][k] for p in pieces], pieces, a.type) for k in range(len(pieces[0][2]))])
+    return _piece_by_selects(b, a, pieces)
+
+
+def _piece_by_selects(b: ir.IRBuilder, a: ir.Value, pieces: Pieces) -> tuple[ir.Value, list[ir.Value]]:
+    """(mid, coefficients) as a chain of compares and selects, last piece first (any target)."""
+    mid = splat_like(a, pieces[-1][1])
+    coeffs = [splat_like(a, c) for c in pieces[-1][2]]
+    for top, m, cs in reversed(pieces[:-1]):
+        inside = b.fcmp_ordered("<", a, splat_like(a, top))
+        mid = b.select(inside, splat_like(a, m), mid)
+        coeffs = [b.select(inside, splat_like(a, c), old) for c, old in zip(cs, coeffs)]
+    return mid, coeffs
+
+
+# Variable lane permutes (result[i] = table[index[i] mod lanes]) by (element type, lanes): feature, intrinsic.
+_PERMUTES = {("float", 16): ("+avx512f", "llvm.x86.avx512.permvar.sf.512"),
+             ("float", 8): ("+avx2", "llvm.x86.avx2.permps"),
+             ("double", 8): ("+avx512f", "llvm.x86.avx512.permvar.df.512")}
+
+
+def permute_intrinsic(ty: ir.Type) -> str:
+    """The host's variable lane permute for vectors of type `ty` ("" if it has none: scalars, other widths,
+    targets without AVX2/AVX-512)."""
+    from ..jit import host                             # vecmath itself stays importable without a JIT
+    if not isinstance(ty, ir.VectorType):
+        return ""
+    feature, name = _PERMUTES.get((str(ty.element), ty.count), ("", ""))
+    return name if feature and feature in host().features.split(",") else ""
+
+
+def _doubling_piece_index(b: ir.IRBuilder, a: ir.Value, pieces: Pieces) -> ir.Value:
+    """d = ⌊log2(a/top₀)⌋ per lane, as (bits(a) − bits(top₀)) >> mantissa bits: exact because each top is
+    twice the one before (a > 0, normal), so piece = clamp(d + 1, 0, last); the table puts it at d mod lanes."""
+    f = _fmt(a)
+    top0 = splat_like(a, pieces[0][0])
+    return b.ashr(b.sub(to_bits(b, a), to_bits(b, top0)), splat_like(a, f.mant, f.ity))
+
+
+def _piece_table(pieces: Pieces, values: Sequence[float], lanes: int, fty: ir.Type) -> list[float]:
+    """`lanes` entries: at d mod lanes, the value of piece clamp(d + 1, 0, last), for every d that a lane
+    in [lo, top of the last piece] can have (`_doubling_piece_index`)."""
+    tops = [p[0] for p in pieces[:-1]]
+    assert all(t2 == 2 * t1 for t1, t2 in zip(tops, tops[1:])), "piece tops must double"
+    lo, hi = _PIECE_RANGE[fty]
+    first, last = math.floor(math.log2(lo / tops[0])), math.floor(math.log2(hi / tops[0]))
+    assert last - first < lanes, "more exponent steps than lanes"
+    table = [values[-1]] * lanes
+    for d in range(first, last + 1):
+        table[d % lanes] = values[min(max(d + 1, 0), len(pieces) - 1)]
+    return table
+
+
+def _permute(b: ir.IRBuilder, index: ir.Value, values: Sequence[float], pieces: Pieces, ty: ir.Type
+             ) -> ir.Value:
+    """Each lane's entry of the piece table of `values`, by the host's variable permute."""
+    table = ir.Constant(ty, [ir.Constant(ty.element, v)
+                             for v in _piece_table(pieces, values, ty.count, ty.element)])
+    return intrinsic(b, permute_intrinsic(ty)[len("llvm."):], [table, index], ret=ty, overload=[])
+
+
+_PIECE_RANGE = {F32: (0.5, 10.25), F64: (0.5, 6.0)}   # what `_erf_tail_arg` clamps |x| to
+
+
 def _erf_tail_arg(b: ir.IRBuilder, ax: ir.Value) -> ir.Value:
-    top = 10.25 if scalar_of(ax.type) == F32 else 6.0
-    return clamp_num(b, ax, 0.5, top)
+    return clamp_num(b, ax, *_PIECE_RANGE[scalar_of(ax.type)])
 
 
 def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
