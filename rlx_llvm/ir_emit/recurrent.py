@@ -39,7 +39,7 @@ from . import elementmath as em
 from . import vecmath as vm
 from .blas_calls import FortranArgs
 from .context import ArenaRef, EmitContext, ScratchRef, pointer
-from .gemm import ACCUMULATORS, TileShape, blas_gemm
+from .gemm import ACCUMULATORS, TileShape, blas_gemm, ir_tiles_win, tile_gemm
 from .toolkit import F32, I32, I64, PTR, carried_loop, copy_bytes, splat_like, vector_registers, zero_bytes
 
 
@@ -533,10 +533,12 @@ def recurrent(ctx: EmitContext, t: T._Recurrent) -> None:
         region: dirs * n for region, n in per_dir.items()}).items()}
     run_fn = DirectionRun(cell, w, rows, nv, gemv=t.batch == 1 and h % w == 0).function(ctx)
     fa, w_ih_at = FortranArgs(ctx), t.w_ih
-    for layer in range(t.num_layers):
-        n_in = t.input_size if layer == 0 else dirs * h
+    inputs = [t.input_size if layer == 0 else dirs * h for layer in range(t.num_layers)]
+    tiled = [tiles_project(w, steps, dirs * gh, n_in) for n_in in inputs]
+    w_t = ctx.scratch_alloc(4 * dirs * gh * max(n_in for n_in, yes in zip(inputs, tiled) if yes)) if any(tiled) else None
+    for layer, n_in in enumerate(inputs):
         project(ctx, fa, ArenaRef(t.x if layer == 0 else t.dst), w_ih_at, steps, dirs * gh, n_in,
-                ScratchRef(scratch["proj"]))
+                ScratchRef(scratch["proj"]), w_t if tiled[layer] else None)
         w_ih_at += 4 * dirs * gh * n_in
 
         def directions(sub: EmitContext, start: ir.Value, stop: ir.Value, layer: int = layer) -> None:
@@ -560,14 +562,37 @@ def recurrent(ctx: EmitContext, t: T._Recurrent) -> None:
             directions(ctx, I64(0), I64(1))
 
 
-def project(ctx: EmitContext, fa: FortranArgs, x: ArenaRef, w_ih: int, m: int, n: int, k: int, out: ScratchRef
-            ) -> None:
-    """`out[m, n] = x[m, k]·W_ihᵀ` with W_ih `[n, k]` at arena offset `w_ih`: sgemm with the transpose
-    flag.  Not IR tiles: they stream rows of `B = W_ihᵀ`, and transposing W_ih on every run measured
-    costlier than the tiles gain (LSTM 2×2 layers, hidden 256, seq 128, batch 1: 40 → 21 ms)."""
+def project(ctx: EmitContext, fa: FortranArgs, x: ArenaRef, w_ih: int, m: int, n: int, k: int, out: ScratchRef,
+            w_t: int | None = None) -> None:
+    """`out[m, n] = x[m, k]·W_ihᵀ` with W_ih `[n, k]` at arena offset `w_ih`.  With `w_t` (scratch for
+    `[k, n]`, see `tiles_project`): W_ih block-transposed there, then the GEMM family's IR tiles.  Else
+    sgemm with the transpose flag (AVX2: transposing W_ih on every run measured costlier than the tiles
+    gain, LSTM 2×2 layers, hidden 256, seq 128, batch 1: 40 → 21 ms)."""
     if k == 0:
         zero_bytes(ctx, pointer(ctx, out), 4 * m * n)
         ctx.note_path("llvm")
         return
+    if w_t is not None:
+        transpose_matrix(ctx, pointer(ctx, ArenaRef(w_ih)), pointer(ctx, ScratchRef(w_t)), n, k)
+        tile_gemm(ctx, "s", m, n, k, x, ScratchRef(w_t), out, ta=False, alpha=1.0, beta=0.0)
+        ctx.note_path("llvm")
+        return
     blas_gemm(ctx, fa, "s", m, n, k, x, ArenaRef(w_ih), out, ta=False, tb=True, alpha=1.0, beta=0.0)
     ctx.note_path("blas")
+
+
+def tiles_project(lanes: int, m: int, n: int, k: int) -> bool:
+    """Whether a layer's projection runs as IR tiles over a transposed copy of W_ih: with 16-lane vectors
+    (SciPy's OpenBLAS runs its AVX2 kernel there; the tiles use the full width), W | n and W | k (the
+    copy moves W×W blocks) and the GEMM family takes the size (`ir_tiles_win`)."""
+    return lanes >= 16 and n % lanes == 0 and k % lanes == 0 and ir_tiles_win(m, "s", n, k)
+
+
+def transpose_matrix(ctx: EmitContext, src: ir.Value, dst: ir.Value, rows: int, cols: int) -> None:
+    """Row-major `src[rows, cols]` into `dst[cols, rows]`, W×W blocks transposed in registers (W divides both)."""
+    b, w = ctx.b, ctx.lanes
+    with ctx.for_range(0, rows, w, name="tr") as r:
+        with ctx.for_range(0, cols, w, name="tc") as c:
+            block = [ctx.load(0, F32, b.add(b.mul(b.add(r, I64(i)), I64(cols)), c), w, base=src) for i in range(w)]
+            for i, column in enumerate(transpose(b, block)):
+                ctx.store(0, column, b.add(b.mul(b.add(c, I64(i)), I64(rows)), r), base=dst)
