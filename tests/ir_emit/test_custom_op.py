@@ -129,7 +129,7 @@ def test_numba_cfunc() -> None:
 
     @numba.cfunc(sig)
     def twice(inputs, lens, n_inputs, out, out_len, attrs, n_attrs):
-        x = numba.carray(numba.types.voidptr(inputs[0]), out_len, numba.float32)  # pragma: no cover
+        x = numba.carray(inputs[0], out_len, numba.float32)  # pragma: no cover
         for i in range(out_len):
             out[i] = 2 * x[i]
         return 0
