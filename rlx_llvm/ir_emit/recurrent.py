@@ -589,10 +589,11 @@ def tiles_project(lanes: int, m: int, n: int, k: int) -> bool:
 
 
 def transpose_matrix(ctx: EmitContext, src: ir.Value, dst: ir.Value, rows: int, cols: int) -> None:
-    """Row-major `src[rows, cols]` into `dst[cols, rows]`, W×W blocks transposed in registers (W divides both)."""
+    """Row-major `src[rows, cols]` into `dst[cols, rows]`, W×W blocks transposed in registers (W divides both);
+    columns outer, so each W rows of dst are written front to back (LSTM batch 1: 0.96-0.97× of rows outer)."""
     b, w = ctx.b, ctx.lanes
-    with ctx.for_range(0, rows, w, name="tr") as r:
-        with ctx.for_range(0, cols, w, name="tc") as c:
+    with ctx.for_range(0, cols, w, name="tc") as c:
+        with ctx.for_range(0, rows, w, name="tr") as r:
             block = [ctx.load(0, F32, b.add(b.mul(b.add(r, I64(i)), I64(cols)), c), w, base=src) for i in range(w)]
             for i, column in enumerate(transpose(b, block)):
                 ctx.store(0, column, b.add(b.mul(b.add(c, I64(i)), I64(rows)), r), base=dst)
