@@ -535,10 +535,10 @@ def recurrent(ctx: EmitContext, t: T._Recurrent) -> None:
     fa, w_ih_at = FortranArgs(ctx), t.w_ih
     inputs = [t.input_size if layer == 0 else dirs * h for layer in range(t.num_layers)]
     tiled = [tiles_project(w, steps, dirs * gh, n_in) for n_in in inputs]
-    w_t = ctx.scratch_alloc(4 * dirs * gh * max(n_in for n_in, yes in zip(inputs, tiled) if yes)) if any(tiled) else None
+    spare = ctx.scratch_alloc(4 * dirs * gh * max(n_in for n_in, yes in zip(inputs, tiled) if yes)) if any(tiled) else None
     for layer, n_in in enumerate(inputs):
         project(ctx, fa, ArenaRef(t.x if layer == 0 else t.dst), w_ih_at, steps, dirs * gh, n_in,
-                ScratchRef(scratch["proj"]), w_t if tiled[layer] else None)
+                ScratchRef(scratch["proj"]), spare if tiled[layer] else None)
         w_ih_at += 4 * dirs * gh * n_in
 
         def directions(sub: EmitContext, start: ir.Value, stop: ir.Value, layer: int = layer) -> None:
@@ -563,22 +563,38 @@ def recurrent(ctx: EmitContext, t: T._Recurrent) -> None:
 
 
 def project(ctx: EmitContext, fa: FortranArgs, x: ArenaRef, w_ih: int, m: int, n: int, k: int, out: ScratchRef,
-            w_t: int | None = None) -> None:
-    """`out[m, n] = x[m, k]·W_ihᵀ` with W_ih `[n, k]` at arena offset `w_ih`.  With `w_t` (scratch for
-    `[k, n]`, see `tiles_project`): W_ih block-transposed there, then the GEMM family's IR tiles.  Else
-    sgemm with the transpose flag (AVX2: transposing W_ih on every run measured costlier than the tiles
-    gain, LSTM 2×2 layers, hidden 256, seq 128, batch 1: 40 → 21 ms)."""
+            spare: int | None = None) -> None:
+    """`out[m, n] = x[m, k]·W_ihᵀ` with W_ih `[n, k]` at arena offset `w_ih`.  With `spare` (scratch for n·k
+    floats, see `tiles_project`): the GEMM family's IR tiles (`tiled_projection`).  Else sgemm with the
+    transpose flag (AVX2: transposing W_ih on every run measured costlier than the tiles gain, LSTM 2×2
+    layers, hidden 256, seq 128, batch 1: 40 → 21 ms)."""
     if k == 0:
         zero_bytes(ctx, pointer(ctx, out), 4 * m * n)
         ctx.note_path("llvm")
         return
-    if w_t is not None:
-        transpose_matrix(ctx, pointer(ctx, ArenaRef(w_ih)), pointer(ctx, ScratchRef(w_t)), n, k)
-        tile_gemm(ctx, "s", m, n, k, x, ScratchRef(w_t), out, ta=False, alpha=1.0, beta=0.0)
+    if spare is not None:
+        tiled_projection(ctx, x, w_ih, m, n, k, out, spare)
         ctx.note_path("llvm")
         return
     blas_gemm(ctx, fa, "s", m, n, k, x, ArenaRef(w_ih), out, ta=False, tb=True, alpha=1.0, beta=0.0)
     ctx.note_path("blas")
+
+
+def tiled_projection(ctx: EmitContext, x: ArenaRef, w_ih: int, m: int, n: int, k: int, out: ScratchRef,
+                     spare: int) -> None:
+    """`out = x·W_ihᵀ` by IR tiles, which stream rows of their B operand, so one operand is block-transposed
+    into `spare` first, whichever moves fewer floats: W_ih (`n·k`, then `out = x·(W_ihᵀ)`), or — few rows,
+    as at batch 1 — x and the product (`m·k + n·m`, `outᵀ = W_ih·xᵀ`, then `outᵀ` transposed into out)."""
+    w = ctx.lanes
+    if m % w == 0 and m * (k + n) < n * k:
+        x_t, out_t = ScratchRef(spare), ScratchRef(spare + 4 * k * m)
+        transpose_matrix(ctx, pointer(ctx, x), pointer(ctx, x_t), m, k)
+        tile_gemm(ctx, "s", n, m, k, ArenaRef(w_ih), x_t, out_t, ta=False, alpha=1.0, beta=0.0)
+        transpose_matrix(ctx, pointer(ctx, out_t), pointer(ctx, out), n, m)
+        return
+    w_t = ScratchRef(spare)
+    transpose_matrix(ctx, pointer(ctx, ArenaRef(w_ih)), pointer(ctx, w_t), n, k)
+    tile_gemm(ctx, "s", m, n, k, x, w_t, out, ta=False, alpha=1.0, beta=0.0)
 
 
 def tiles_project(lanes: int, m: int, n: int, k: int) -> bool:

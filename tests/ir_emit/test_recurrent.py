@@ -86,6 +86,8 @@ def build() -> Suite:
         add_case(s, cell, Shape(7, 4, 3, 6, 2, False, True))             # full and partial row tiles
         add_case(s, cell, Shape(16, 3, 4, 4 * W, 1, True, False))        # W×W weight blocks packed, 6 + 5 + 5 rows
         add_case(s, cell, Shape(1, 4, 5, 2 * W, 2, True, True))          # batch 1, W | H: W_hh rows, unpacked
+        add_case(s, cell, Shape(2, 5, 2 * W, W, 2, True, False))         # W | input, W | H: projections tiled over W_ihᵀ (16 lanes)
+        add_case(s, cell, Shape(1, W, 2 * W, W, 2, True, False))         # ... and W | batch·seq: outᵀ = W_ih·xᵀ (16 lanes)
         add_case(s, cell, Shape(3, 9, 4, W + 1, 1, True, True), x_scale=30.0, tag="-saturated")
     add_case(s, "lstm", Shape(2, 3, 0, 5, 2, True, False))                # no input features
     add_case(s, "rnn_relu", Shape(1, 3, 4, 5, 1, False, False), tag="-nan", nan_step=1)  # RLX Relu: NaN → 0
