@@ -357,6 +357,8 @@ def _parallel(rt: _Runtime, inline: ir.Function, spawn: ir.Function) -> ir.Funct
         rt.count(b, "woke", I64(1))
         b.atomic_rmw("add", rt.word["epoch"], I32(1), "seq_cst")
         rt.futex(b, "epoch", _FUTEX_WAKE, I32(2**31 - 1))  # all: which sleeper wakes is the kernel's choice
+        # a worker the wake-up put on our CPU runs now (and moves off it), not after our time slice
+        b.call(rt.declare("sched_yield", ir.FunctionType(I32, [])), [])
 
     # The caller claims chunks too (it owns the generation: a fetch-add is enough).
     start = rt.cycles(b)
