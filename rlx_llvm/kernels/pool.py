@@ -10,7 +10,8 @@ runs (0 for the caller, k for worker k).  The contract:
 * workers spin briefly (`WORKER_SPIN_CYCLES`), then sleep on a futex;
 * a worker that finds itself on the CPU its caller runs on (where a wake-up put it: a host that
   packs wake-ups onto busy vCPUs does so every time) moves to another CPU it may run on before it
-  spins or claims there — it narrows its affinity, then restores it;
+  spins or claims there — it narrows its affinity, then restores it; a caller that futex-woke
+  sleeping workers yields once, so one queued on its CPU gets to run and move at once;
 * one pool per process, grown to `threads - 1` workers on demand (`set_threads` caps it);
 * a caller that finds the pool busy (another Python thread's region, or a region inside a region)
   runs every chunk itself; after `fork` the child starts with an empty pool.
