@@ -67,18 +67,32 @@ class SumType:
         return self._rust_name
 
 
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names, looked up once per class."""
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def to_jsonable(value: Any) -> Any:
     """Encode enums, sum types, dataclasses, tuples and bytes as JSON-ready values."""
-    if isinstance(value, enum.Enum):
-        return _RUST_NAME.get(value.name, value.name)
+    kind = type(value)
+    if kind in _PLAIN:       # the common leaves first: a warm start encodes every thunk of a schedule
+        return value
+    if kind is tuple or kind is list:
+        return [to_jsonable(v) for v in value]
     if isinstance(value, SumType):
-        fields = dataclasses.fields(value)
-        if not fields:
+        names = _field_names(kind)
+        if not names:
             return value._rust_name
-        vals = [to_jsonable(getattr(value, f.name)) for f in fields]
+        vals = [to_jsonable(getattr(value, n)) for n in names]
         if value._tuple:
             return {value._rust_name: vals[0] if len(vals) == 1 else vals}
-        return {value._rust_name: {f.name: v for f, v in zip(fields, vals)}}
+        return {value._rust_name: dict(zip(names, vals))}
+    if isinstance(value, enum.Enum):
+        return _RUST_NAME.get(value.name, value.name)
     if isinstance(value, (bytes, bytearray)):
         import base64
         return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
