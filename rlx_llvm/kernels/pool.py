@@ -220,7 +220,8 @@ def _leave_callers_cpu(rt: _Runtime, b: ir.IRBuilder, allowed: ir.Value, elsewhe
     allowed any more, the narrowing fails and it stays)."""
     cpu = rt.cpu(b)
     same = b.icmp_signed("==", cpu, rt.load(b, "caller_cpu", "monotonic"))
-    with b.if_then(b.and_(spread, same)):
+    in_set = b.icmp_unsigned("<", cpu, I32(CPU_SET.count * 64))   # a bit of CPU_SET (sched_getcpu's −1 is not)
+    with b.if_then(b.and_(spread, b.and_(same, in_set))):
         _affinity(rt, b, "sched_getaffinity", allowed)
         b.store(b.load(allowed, typ=CPU_SET), elsewhere)
         word = b.gep(elsewhere, [I32(0), b.lshr(cpu, I32(6))], inbounds=True)
@@ -239,6 +240,7 @@ def _worker(rt: _Runtime) -> ir.Function:
     joined = b.alloca(I64)  # the last generation this worker ran a chunk of
     b.store(I64(CLOSED << 32), joined)
     allowed, elsewhere = b.alloca(CPU_SET), b.alloca(CPU_SET)
+    b.store(ir.Constant(CPU_SET, None), allowed)   # a failed read (more CPUs than CPU_SET holds) counts none
     _affinity(rt, b, "sched_getaffinity", allowed)
     spread = b.icmp_unsigned(">", _cpu_count(rt, b, allowed), I64(1))
     top, spin, idle, sleep, claim, run = (f.append_basic_block(n)
