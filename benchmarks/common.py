@@ -10,6 +10,7 @@ import gc
 import os
 import platform
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
@@ -202,15 +203,41 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int = 15, warmup: 
     return out
 
 
-def wait_idle(window_s: float = 0.002, busy: float = 0.1, limit_s: float = 1.0) -> None:
-    """Sleep until this process's other threads stop using CPU (at most `limit_s`): a runtime's pool that
-    just ran may spin on (ONNX Runtime's intra-op workers keep spinning for ~45 ms of CPU after a call)."""
+def wait_idle(limit_s: float = 1.0, quiet_polls: int = 3, poll_s: float = 0.001) -> None:
+    """Sleep until no other thread of this process is running (at most `limit_s`): a runtime's pool that
+    just ran may spin on (ONNX Runtime's intra-op workers keep spinning for ~45 ms of CPU after a call).
+
+    Reads each thread's state in /proc (`R` = on a CPU or queued for one) — `quiet_polls` polls in a
+    row with none running.  Not the process's CPU time over a short window: the kernel adds a thread's
+    time on another CPU only at that CPU's scheduler tick (every 1–10 ms), so a 2 ms window can read
+    0 while a worker spins (it did here, and ORT's spin then shared our cores during the timed call)."""
+    me = str(threading.get_native_id())
     end = time.perf_counter() + limit_s
-    while time.perf_counter() < end:
-        cpu = time.process_time()
-        time.sleep(window_s)
-        if time.process_time() - cpu < busy * window_s:
-            return
+    quiet = 0
+    while time.perf_counter() < end and quiet < quiet_polls:
+        time.sleep(poll_s)
+        quiet = 0 if _others_running(me) else quiet + 1
+    if quiet < quiet_polls and not os.path.isdir("/proc/self/task"):
+        time.sleep(0.05)  # no /proc: outlast a typical spin instead
+
+
+def _others_running(me: str) -> bool:
+    """Whether a thread of this process other than `me` is running or runnable (Linux /proc)."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    for tid in tids:
+        if tid == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state == "R":
+            return True
+    return False
 
 
 def paired_ratio(a: Timing, b: Timing) -> float:
