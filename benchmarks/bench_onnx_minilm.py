@@ -9,8 +9,9 @@ left running they would share our cores and be billed as our CPU time (at 2 thre
 look 1.9× ORT) — then one untimed call of the same runtime, so each runtime's timed call follows its own call
 (its pool as warm as in a loop of calls).  Medians of wall time and of per-call process CPU time, and the
 median per-round ratio against ORT (below 1: faster than ORT).  `--attention-keys N` adds "attention≤N": the
-model with the exported attention fused up to N keys per query (graph/fuse_exported.py's ATTENTION_MAX_KEYS,
-32 by default), and every row's per-round ratio to "ours" — the A/B that decides that limit.
+model with the exported attention fused up to N keys per query (graph/fuse_exported.py's ATTENTION_MAX_KEYS;
+by default every length on 16-lane hosts, 32 keys elsewhere; N = 1 gives the decomposed model), and every
+row's per-round ratio to "ours" — the A/B that decides that limit.
 
 `--profile` prints our time per thunk (each compiled alone, run on the model's arena, ~2 µs of call overhead
 each) at every thread count: wall and process CPU medians, then the totals per thunk kind; then both runtimes'

@@ -10,13 +10,15 @@ Head-split attention — what a BERT/MiniLM export spells out op by op — becom
     out = reshape(transpose(softmax(scores, −1) @ v4, (0, 2, 1, 3)), [B, S, H·D])
       → attention(Q, K, V, reshape(keep, [B, S]), heads=H, head_dim=D, mask=Custom, scale=1/c)
 
-Only while the keys per query are few (≤ ATTENTION_MAX_KEYS): beyond that, on the hosts measured, the
-exporter's own sequence (two BatchedSgemms, the mask region, Softmax, transposes) runs faster than the
+On hosts with 16 f32 lanes (AVX-512) at any number of keys; elsewhere only while the keys per query are
+few (≤ `attention_max_keys()`, 32): beyond that, on the 8-lane hosts measured, the exporter's own sequence (two BatchedSgemms, the mask region, Softmax, transposes) runs faster than the
 Attention thunk, whose per-key dot products lose to the GEMM tiles (1 thread, 12 heads of 32, CPU time,
 fused ÷ decomposed: 16 keys 0.94–0.97, 32 keys 1.04, 64 keys 1.51, 128 keys 1.41–1.60, 256 keys 1.61).
 Re-measured after the Attention kernel's rework (register-transposed Kᵀ, docs/lowering-attention.md), on the
 whole packaged MiniLM-L3 with the fusion at 128 keys ÷ without (interleaved, loaded host, docs/onnx.md):
 1 thread 1×128 1.03, 8×128 1.01; 2 threads 0.96, 1.00 — still no gain at one thread, so the limit stays.
+On a 16-lane Zen 5 (2026-12-07, same A/B, wall, per-round ratio): 1 thread 1×64 0.98, 1×128 1.00, 1×256 0.975,
+8×128 0.92–0.97, 2×512 0.86; 2 threads 0.97, 0.99, 0.98, 0.90–0.94, 0.80 — no length where the sequence wins.
 
 The keep-mask reading is exact for 0/1 masks with NEG = finfo(f32).min (what current exporters write): a
 masked score is then min + s = min, whose exp underflows to 0 beside any kept key, and a row whose keys are
@@ -41,7 +43,16 @@ from .fuse import FusionLog, Rewriter, _binary_pair, _scalar_constant, rewrite_m
 HEADS = (0, 2, 1, 3)           # [B, S, H, D] → [B, H, S, D]
 HEADS_T = (0, 2, 3, 1)         # [B, S, H, D] → [B, H, D, S]
 MASK_NEG_LIMIT = -1e4          # an additive mask value at or below this is "masked out"
-ATTENTION_MAX_KEYS = 32        # longer key sequences stay BatchedSgemm + Softmax (faster; module docstring)
+ATTENTION_MAX_KEYS: int | None = None  # None: the host's limit, attention_max_keys() (module docstring)
+NARROW_HOST_MAX_KEYS = 32      # on hosts under 16 f32 lanes longer key sequences stay BatchedSgemm + Softmax
+
+
+def attention_max_keys() -> int:
+    """Most keys per query an exported attention is fused at: ATTENTION_MAX_KEYS if set, else by host width."""
+    if ATTENTION_MAX_KEYS is not None:
+        return ATTENTION_MAX_KEYS
+    from ..jit import host
+    return 2**31 - 1 if host().lanes() >= 16 else NARROW_HOST_MAX_KEYS
 
 
 @dataclasses.dataclass
@@ -141,7 +152,7 @@ def match_head_split_attention(g: GraphCore, root: Node, count: dict[int, int]) 
         return None
     b, s, _ = g.nodes[q[0]].shape
     kv_seq = g.nodes[k[0]].shape[1]
-    if root.shape != (b, s, v[1] * v[2]) or kv_seq > ATTENTION_MAX_KEYS:
+    if root.shape != (b, s, v[1] * v[2]) or kv_seq > attention_max_keys():
         return None
     if keep is not None and g.nodes[keep[0]].shape != (b, 1, 1, kv_seq):
         return None
