@@ -188,3 +188,93 @@ def test_execution_error_names_thunk_and_meaning():
     with pytest.raises(rl.ExecutionError, match=r"thunk 1 DenseSolveF32: .*singular") as e:
         rl.compile(sched, cache=False).run(rl.Arena(1024))
     assert e.value.index == 1 and e.value.status == 1
+
+
+# ── the scratch every Program on a thread shares ──
+
+def sgemm_case(m: int, k: int, n: int, seed: int) -> tuple[rl.ThunkSchedule, rl.Arena, np.ndarray]:
+    """C = A·B on a fresh arena; returns the schedule, the arena and the float64 product."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    a_off, b_off, c_off = 0, 4 * m * k, 4 * (m * k + k * n)
+    sched = rl.ThunkSchedule([T.Sgemm(a=a_off, b=b_off, c=c_off, m=m, k=k, n=n)], arena_bytes=4 * (m * k + k * n + m * n))
+    arena = rl.Arena(sched.arena_bytes)
+    arena.write(a_off, a)
+    arena.write(b_off, b)
+    return sched, arena, a.astype(np.float64) @ b.astype(np.float64)
+
+
+def product(sched: rl.ThunkSchedule, arena: rl.Arena) -> np.ndarray:
+    t = sched.thunks[-1]
+    return arena.read(t.c, "f32", (t.m, t.n))
+
+
+def test_programs_on_one_thread_share_a_scratch_buffer_grown_to_the_largest():
+    from rlx_llvm import program as program_module
+    cases = [sgemm_case(64, 64, 64, 1), sgemm_case(96, 80, 112, 2), sgemm_case(33, 17, 65, 3)]
+    progs = [rl.compile(s, cache=False) for s, _, _ in cases]
+    assert all(p.scratch_bytes for p in progs)
+    program_module.release_scratch()
+    for _ in range(2):
+        for p, (sched, arena, want) in zip(progs, cases):
+            arena.write(sched.thunks[0].c, np.full(want.shape, np.nan, np.float32))
+            p.run(arena)
+            np.testing.assert_allclose(product(sched, arena), want, rtol=1e-4, atol=1e-4)
+    assert program_module._scratch.nbytes == max(p.scratch_bytes for p in progs)
+    program_module.release_scratch()
+    assert program_module._scratch.nbytes == 0
+
+
+def test_a_run_nested_in_a_python_step_gets_its_own_scratch():
+    inner_sched, inner_arena, inner_want = sgemm_case(96, 80, 112, 4)
+    inner = rl.compile(inner_sched, cache=False)
+
+    from rlx_llvm import program as program_module
+    shared_seen = []
+
+    def run_inner(inputs, out, attrs) -> None:
+        held = (program_module._scratch.address, program_module._scratch.nbytes)
+        inner.run(inner_arena)                       # nested: the outer run holds the shared buffer
+        shared_seen.append((held, (program_module._scratch.address, program_module._scratch.nbytes)))
+        out[:] = product(inner_sched, inner_arena).ravel()[:out.size]
+
+    rl.register_custom_op("test_program_nested_run", run_inner, replace=True)
+    m = 64
+    first, arena, want = sgemm_case(m, m, m, 5)
+    gemm = first.thunks[0]
+    side = 4 * 3 * m * m
+    again = T.Sgemm(a=gemm.a, b=gemm.b, c=side, m=m, k=m, n=m)
+    nested = T.CustomOp(kernel="test_program_nested_run", inputs=((gemm.c, m * m, (m, m)),),
+                        output=(side + 4 * m * m, 16, (16,)), attrs=())
+    sched = rl.ThunkSchedule([gemm, nested, again], arena_bytes=side + 4 * m * m + 64)
+    big = rl.Arena(sched.arena_bytes)
+    big.write(0, arena.read(0, "u8", (4 * 2 * m * m,)))
+    outer = rl.compile(sched, cache=False)
+    assert 0 < outer.scratch_bytes < inner.scratch_bytes   # a nested grow would free the outer run's buffer
+    program_module.release_scratch()
+    outer.run(big)
+    assert len(shared_seen) == 1 and shared_seen[0][0] == shared_seen[0][1] and shared_seen[0][0][1] == outer.scratch_bytes
+    np.testing.assert_allclose(big.read(gemm.c, "f32", (m, m)), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(big.read(side, "f32", (m, m)), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(big.read(side + 4 * m * m, "f32", (16,)), inner_want.ravel()[:16], rtol=1e-4, atol=1e-4)
+
+
+def test_threads_running_programs_at_once_use_their_own_scratch():
+    cases = [sgemm_case(96, 80, 112, 10 + i) for i in range(4)]
+    prog = rl.compile(cases[0][0], cache=False)
+    errors = []
+
+    def work(i: int) -> None:
+        sched, arena, want = cases[i]
+        for _ in range(30):
+            prog.run(arena)
+            if not np.allclose(product(sched, arena), want, rtol=1e-4, atol=1e-4):
+                errors.append(i)
+                return
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
