@@ -89,7 +89,7 @@ class CacheInfo:
     hits: int
     misses: int
     code_bytes: int     # native object code of the cached programs
-    scratch_bytes: int  # per-thread scratch they ask for (once per calling thread)
+    scratch_bytes: int  # the largest per-thread scratch they ask for (all programs on a thread share one)
     arena_bytes: int    # the arena(s) they run on: weights plus the largest shape's activations
 
     @property
@@ -326,19 +326,21 @@ class SentenceEncoder:
               batch_size: int = 32) -> np.ndarray:
         """Sentence embeddings, float32 [len(texts), dim] (unit rows when `pooling.normalize`).
 
-        Texts run in batches of `batch_size`, longest first (as sentence-transformers does), each
-        padded to its longest text rounded up to a multiple of `SEQ_BUCKET` tokens (or to `pad_to`),
-        so a stream of texts reuses a few compiled shapes; padding does not change an embedding."""
+        Texts run longest first (as sentence-transformers does) in batches of at most `batch_size`,
+        each padded to its longest text rounded up to a multiple of `SEQ_BUCKET` tokens (or to `pad_to`),
+        so a stream of texts reuses a few compiled shapes; `plan_batches` cuts a batch short where that
+        saves padding (a few long texts do not pad 31 short ones); padding does not change an embedding."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
         rows = self._token_rows(texts, max_length)
         out = np.zeros((len(rows), self.dim), np.float32)
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
-            longest = max(len(rows[i]) for i in chunk)
-            seq = max(pad_to or 0, min(-(-longest // SEQ_BUCKET) * SEQ_BUCKET, self.config.max_position_embeddings))
-            out[chunk] = self.embed_tokens(*_padded([rows[i] for i in chunk], max(seq, longest)))
+        limit = self.config.max_position_embeddings
+        padded_seq = lambda longest: max(pad_to or 0, min(-(-longest // SEQ_BUCKET) * SEQ_BUCKET, limit), longest)  # noqa: E731
+        lengths = [len(rows[i]) for i in order]
+        for start, stop in plan_batches(lengths, batch_size, padded_seq, self.dim):
+            chunk = order[start:stop]
+            out[chunk] = self.embed_tokens(*_padded([rows[i] for i in chunk], padded_seq(lengths[start])))
         return out
 
     def embed_iter(self, texts: Iterable[str], batch_size: int = 32, max_length: int | None = None,
@@ -399,7 +401,7 @@ class SentenceEncoder:
         with self._lock:
             programs = [c.program for c in self._compiled.values()]
             return CacheInfo(len(programs), self.max_shapes, self._hits, self._misses,
-                             sum(p.code_bytes for p in programs), sum(p.scratch_bytes for p in programs),
+                             sum(p.code_bytes for p in programs), max((p.scratch_bytes for p in programs), default=0),
                              self._arena.nbytes if self._arena else 0)
 
     def wait_compiled(self, timeout: float | None = None) -> bool:
@@ -590,6 +592,37 @@ def _cover(ids: np.ndarray, type_ids: np.ndarray, mask: np.ndarray, rows: int,
 def _check_range(what: str, values: np.ndarray, size: int) -> None:
     if values.size and (values.min() < 0 or values.max() >= size):
         raise ValueError(f"{what} must be in 0..{size - 1}, got {values.min()}..{values.max()}")
+
+
+CALL_TOKENS = 64  # plan_batches: one call's fixed cost (dispatch, small-GEMM tails) in padded tokens
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int, padded_seq: Callable[[int], int],
+                 hidden: int) -> list[tuple[int, int]]:
+    """Batches [start, stop) over texts sorted longest first that cost least in padded work: each holds
+    `batch_size`, `batch_size // 4`, 1 or (at the end) the remaining texts, at `padded_seq(its longest)`.
+
+    A batch of b texts at s tokens costs b·s·(1 + s / 6·hidden) + CALL_TOKENS — the layers' GEMMs per
+    token plus attention's s-proportional share (4·s·hidden against 24·hidden² flops per token) and a
+    fixed cost per call.  Fixed batches of 32 pay for a few truncated 256-token texts with 31 short
+    ones each: 500 texts of the packaged corpus pad to 29 504 tokens in fixed batches, 26 880 here,
+    and its two halves (one per Dask worker) to 34 624 against 27 616 (10 000 texts: 492 288 → 488 672).  Exact (dynamic programming
+    over the sorted list); the sizes are few so a stream meets few compiled shapes."""
+    n = len(lengths)
+    sizes = sorted({batch_size, max(1, batch_size // 4), 1}, reverse=True)
+    cost = [0.0] * (n + 1)      # cost[i]: the cheapest plan for texts i..n-1
+    take = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        seq = padded_seq(lengths[i])
+        per_text = seq * (1 + seq / (6 * hidden))
+        options = [b for b in sizes if b <= n - i] + ([n - i] if n - i < batch_size else [])
+        take[i] = min(options, key=lambda b: b * per_text + CALL_TOKENS + cost[i + b])
+        cost[i] = take[i] * per_text + CALL_TOKENS + cost[i + take[i]]
+    plan, i = [], 0
+    while i < n:
+        plan.append((i, i + take[i]))
+        i += take[i]
+    return plan
 
 
 def _padded(rows: list[list[int]], seq: int) -> tuple[np.ndarray, np.ndarray]:
