@@ -14,7 +14,7 @@ import re
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..kernels.pool import FORK_SYMBOL, MAX_THREADS, get_threads, set_threads  # noqa: F401  (re-exported)
+from ..kernels.pool import FORK_SYMBOL, MAX_THREADS, THREADS_SYMBOL, get_threads, set_threads  # noqa: F401  (re-exported)
 from ..kernels.pool import register_runtime as _register_pool
 from .context import EmitContext
 from .toolkit import I32, I64, PTR, entry_alloca
@@ -138,6 +138,9 @@ def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int)
         b.call(outlined, [args, I64(0), I64(0)])
         return
     want = b.sext(b.load(_num_threads_global(ctx.module), typ=I32), I64)
+    if not uses_gomp():   # the pool's word on it: 1 while it backs off from a busy neighbour
+        now = ctx.declare(THREADS_SYMBOL, ir.FunctionType(I64, [I64]))
+        want = b.call(now, [want])
     threads = b.select(b.icmp_signed("<", want, I64(max_useful)), want, I64(max_useful))
     # chunk = ceil(units / (CHUNKS_PER_THREAD·threads)) · grain items (one chunk on one thread)
     pieces = b.select(b.icmp_signed(">", threads, I64(1)), b.mul(threads, I64(CHUNKS_PER_THREAD)), I64(1))

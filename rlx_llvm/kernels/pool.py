@@ -8,6 +8,8 @@ runs (0 for the caller, k for worker k).  The contract:
 * the join waits only for chunks already claimed — never for a worker that has not arrived (a
   late worker finds the counter exhausted and goes back to waiting);
 * workers spin briefly (`WORKER_SPIN_CYCLES`), then sleep on a futex;
+* a join held up by a worker's chunk (a busy neighbour preempted it) makes `rlx_threads_now` — which
+  emitted regions ask for their thread count — answer 1 for a window that doubles while it recurs;
 * a worker that finds itself on the CPU its caller runs on (where a wake-up put it: a host that
   packs wake-ups onto busy vCPUs does so every time) moves to another CPU it may run on before it
   spins or claims there — it narrows its affinity, then restores it; a caller that futex-woke
@@ -40,15 +42,20 @@ MAX_THREADS = max(1, os.cpu_count() or 1)
 NUM_THREADS = ctypes.c_int32(MAX_THREADS)  # what @rlx_num_threads points at
 
 FORK_SYMBOL = "rlx_parallel"  # void (ptr fn, ptr data, i64 chunks, i64 threads)
+THREADS_SYMBOL = "rlx_threads_now"  # i64 (i64 want): 1 while backing off from a busy neighbour, else want
 WORKER_SPIN_CYCLES = 400_000  # TSC cycles (~0.1 ms) a worker spins for the next job before sleeping
 JOIN_SPIN_MIN = 20_000        # the caller spins at least this long (and 2 of its own chunks) for claimed chunks
+SLOW_JOIN_CYCLES = 1_000_000  # a join that waited longer than this (~0.25 ms) and 4 of the caller's chunks: a worker was preempted
+BACKOFF_CYCLES = 20_000_000   # after a slow join, regions run on the caller alone for this long (~5 ms) …
+BACKOFF_MAX_LEVEL = 8         # … doubled for each slow join within CLEAN_REGIONS pooled regions of the last, up to 2**8 ×
+CLEAN_REGIONS = 256            # pooled regions without a slow join that start the doubling over
 CLOSED = 0xFFFF_FFFF          # `next chunk` of a closed generation: above every job's total
 _FUTEX = {"x86_64": 202, "aarch64": 98}
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_*_PRIVATE
 
 # Counters (`stats()`): the job owner's, then the workers' (each set on its own cache line).
-STATS = ("regions", "woke", "chunks", "caller_chunks", "join_cycles", "join_sleeps")
-WORKER_STATS = ("arrivals", "arrival_cycles", "arrivals_on_callers_cpu", "sleeps", "moves")
+STATS = ("regions", "woke", "chunks", "caller_chunks", "join_cycles", "join_sleeps", "slow_joins")
+WORKER_STATS = ("arrivals", "arrival_cycles", "arrivals_on_callers_cpu", "sleeps", "moves", "backed_off")
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -85,7 +92,8 @@ class _Runtime:
         self.word = {name: self._global(name, ty) for name, ty in (
             ("counter", I64), ("fn", PTR), ("data", PTR), ("total", I64), ("threads", I64),
             ("done", I32), ("waiting", I32), ("epoch", I32), ("sleepers", I32), ("busy", I32),
-            ("started", I32), ("published", I64), ("caller_cpu", I32))}
+            ("started", I32), ("published", I64), ("caller_cpu", I32),
+            ("alone_until", I64), ("clean", I64), ("level", I64))}
         self.stats = self._global("stats", ir.ArrayType(I64, len(STATS)))  # the job owner's counters
         self.worker_stats = self._global("worker_stats", ir.ArrayType(I64, len(WORKER_STATS)))
 
@@ -396,11 +404,47 @@ def _parallel(rt: _Runtime, inline: ir.Function, spawn: ir.Function) -> ir.Funct
     b.branch(wait)
 
     b.position_at_end(finish)
-    rt.count(b, "join_cycles", b.sub(rt.cycles(b), now))
+    end = rt.cycles(b)
+    waited = b.sub(end, now)
+    rt.count(b, "join_cycles", waited)
+    # slow: longer than 4 of the caller's chunks (uneven chunks, e.g. causal attention rows, stay under that)
+    slow_join = b.and_(b.icmp_unsigned(">", waited, b.mul(per_chunk, I64(4))),
+                       b.icmp_unsigned(">", waited, I64(SLOW_JOIN_CYCLES)))
+    _back_off(rt, b, end, slow_join)
     rt.store(b, "waiting", I32(0), "monotonic")
     rt.store(b, "busy", I32(0), "release")
     b.ret_void()
     return f
+
+
+def _back_off(rt: _Runtime, b: ir.IRBuilder, now: ir.Value, slow: ir.Value) -> None:
+    """After a join at `now` (`slow`: a worker held it up): count a clean pooled region, or run the
+    next regions alone until `now + BACKOFF_CYCLES << level` — the level grows by one for each slow
+    join fewer than CLEAN_REGIONS pooled regions after the last (a neighbour that stays: the probe
+    after each window fails at once) and starts over at 0 otherwise.  Only the job's owner runs this."""
+    clean = rt.load(b, "clean", "monotonic")
+    with b.if_else(slow) as (then, otherwise):
+        with then:
+            rt.count(b, "slow_joins", I64(1))
+            level = rt.load(b, "level", "monotonic")
+            grown = b.select(b.icmp_unsigned("<", level, I64(BACKOFF_MAX_LEVEL)), b.add(level, I64(1)), level)
+            level = b.select(b.icmp_unsigned("<", clean, I64(CLEAN_REGIONS)), grown, I64(0))
+            rt.store(b, "level", level, "monotonic")
+            rt.store(b, "clean", I64(0), "monotonic")
+            rt.store(b, "alone_until", b.add(now, b.shl(I64(BACKOFF_CYCLES), level)), "monotonic")
+        with otherwise:
+            rt.store(b, "clean", b.add(clean, I64(1)), "monotonic")
+
+
+def _threads_now(rt: _Runtime) -> None:
+    """`rlx_threads_now(want)`: the threads a region should use now — 1 while backing off after a slow
+    join (a worker preempted while it held a chunk: a busy neighbour), so the region runs as one
+    thread does (one chunk, no fork) instead of a scheduler slice late; `want` otherwise."""
+    f, b = _function(rt, THREADS_SYMBOL, ir.FunctionType(I64, [I64]))
+    backing = b.icmp_unsigned("<", rt.cycles(b), rt.load(b, "alone_until", "monotonic"))
+    with b.if_then(backing):
+        rt.count(b, "backed_off", I64(1))
+    b.ret(b.select(backing, I64(1), f.args[0]))
 
 
 def _after_fork(rt: _Runtime) -> None:
@@ -438,6 +482,7 @@ def runtime_ir() -> str:
     rt = _Runtime(arch)
     worker = _worker(rt)
     _parallel(rt, _run_inline(rt), _spawn(rt, worker))
+    _threads_now(rt)
     _after_fork(rt)
     _workers(rt)
     _stats(rt)
@@ -454,9 +499,10 @@ def _build() -> tuple[object, dict[str, int]]:
     engine = jit.Engine()
     code = _object()
     engine.load(code)
-    names = (FORK_SYMBOL, "rlx_pool_forked", "rlx_pool_workers", "rlx_pool_stats")
+    names = (FORK_SYMBOL, THREADS_SYMBOL, "rlx_pool_forked", "rlx_pool_workers", "rlx_pool_stats")
     addresses = {name: engine.address(name) for name in names}
     llvm.add_symbol(FORK_SYMBOL, addresses[FORK_SYMBOL])
+    llvm.add_symbol(THREADS_SYMBOL, addresses[THREADS_SYMBOL])
     os.register_at_fork(after_in_child=_forked)
     return engine, addresses
 
@@ -471,7 +517,8 @@ def _object():
     with open(__file__, "rb") as fh:
         source = hashlib.sha256(fh.read()).hexdigest()
     # the spin constants too: a process that changes them (an experiment) must not load the old object
-    key = jit.cache_key(f"rlx_pool {source} {WORKER_SPIN_CYCLES} {JOIN_SPIN_MIN}", 2)
+    key = jit.cache_key(f"rlx_pool {source} {WORKER_SPIN_CYCLES} {JOIN_SPIN_MIN} {SLOW_JOIN_CYCLES} "
+                        f"{BACKOFF_CYCLES} {BACKOFF_MAX_LEVEL} {CLEAN_REGIONS}", 2)
     hit = store.load(key) if store is not None else None
     if hit is not None and not jit.missing_symbols(hit.externals):
         return hit
@@ -512,8 +559,9 @@ def workers() -> int:
 def stats() -> dict[str, int]:
     """The pool's counters since the process started: regions forked, those that had to wake a
     sleeping worker, chunks (all / run by the caller), TSC cycles the caller waited at joins and
-    joins it slept in; worker arrivals (regions a worker ran a chunk of), their summed TSC delay
-    from the job's publication to the first claim, and the workers' futex sleeps."""
+    joins it slept in, slow joins (each starts a back-off); worker arrivals (regions a worker ran a
+    chunk of), their summed TSC delay from the job's publication to the first claim, the workers'
+    futex sleeps and moves, and regions told to run as one thread while backing off."""
     names = STATS + WORKER_STATS
     out = (ctypes.c_int64 * len(names))()
     ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_native_address("rlx_pool_stats"))(ctypes.addressof(out))

@@ -17,7 +17,7 @@ from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm import registry
 from rlx_llvm.registry import load_all
-from rlx_llvm.ir_emit.parallel import fork_symbol
+from rlx_llvm.ir_emit.parallel import THREADS_SYMBOL, fork_symbol
 from rlx_llvm.ops import Activation
 from rlx_llvm.reference import elementmath as rem
 from rlx_llvm.reference.activation_backward import DECOMPOSED, derivative
@@ -171,8 +171,8 @@ def test_kernels_are_vectorized_and_call_no_libm(outcome: Outcome) -> None:
     assert f"<{WF64} x double>" in outcome.thunk_ir("Tanh_f64_grid")
     assert f"<{W} x float>" in outcome.thunk_ir("relu_f32_grid")
     declared = [line for line in outcome.program.llvm_ir(optimized=True).splitlines() if line.startswith("declare")]
-    assert all("@llvm." in line or f"@{fork_symbol()}(" in line or ".body(" in line  # a split kernel forks;
-               for line in declared), declared  # a shared body compiled in another part of the module
+    assert all("@llvm." in line or f"@{fork_symbol()}(" in line or f"@{THREADS_SYMBOL}(" in line  # a split kernel
+               or ".body(" in line for line in declared), declared  # forks; a shared body compiled in another part
 
 
 # ── the semantics themselves ────────────────────────────────────────────────

@@ -9,7 +9,7 @@ import rlx_llvm as rl
 from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import DType, LaneKind
-from rlx_llvm.ir_emit.parallel import fork_symbol
+from rlx_llvm.ir_emit.parallel import FORK_SYMBOL, THREADS_SYMBOL, fork_symbol
 from rlx_llvm.ops import Activation, BinaryOp, ChainOperand as In, ChainStep as S, CmpOp
 from tests.harness import W, Suite, f32_values, suite_tests
 
@@ -130,6 +130,8 @@ def forks(ir_text: str) -> bool:
 
 def test_large_regions_split_across_threads(outcome):
     assert forks(outcome.thunk_ir("size_1000003")) and forks(outcome.thunk_ir("split_tiled_scalar"))
+    if fork_symbol() == FORK_SYMBOL:   # the pool's runtime is asked how many threads to use now
+        assert THREADS_SYMBOL in outcome.thunk_ir("size_1000003")
     assert not forks(outcome.thunk_ir("size_1")) and not forks(outcome.thunk_ir(f"modulus_{W}"))
 
 

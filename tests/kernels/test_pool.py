@@ -329,3 +329,58 @@ def test_a_narrowing_after_the_workers_started_is_kept() -> None:
                    "assert (d[:CHUNKS] == 420).all() and d[-1] == 0\n"
                    "got = _allowed_cpus_of_every_thread(want)\n"
                    "assert len(want) == 1 and got == want, got")
+
+
+# ── backing off from a busy neighbour ──────────────────────────────────────
+
+BACKOFF_SCRIPT = r"""
+import ctypes, time
+from llvmlite import ir
+from rlx_llvm import jit
+from rlx_llvm.kernels import pool
+
+# A body whose chunks run long on a worker (slot > 0: usleep 3 ms), as a preempted worker's chunk does.
+pool.register_runtime()
+module = ir.Module("backoff_test")
+module.triple = jit.host().triple
+I64, PTR = ir.IntType(64), ir.PointerType()
+body = ir.Function(module, pool.BODY, "body")
+data, chunk, slot = body.args
+b = ir.IRBuilder(body.append_basic_block("entry"))
+with b.if_then(b.icmp_unsigned("!=", slot, I64(0))):
+    b.call(ir.Function(module, ir.FunctionType(ir.IntType(32), [ir.IntType(32)]), "usleep"), [ir.IntType(32)(3000)])
+b.ret_void()
+drive = ir.Function(module, ir.FunctionType(ir.VoidType(), []), "drive")
+b = ir.IRBuilder(drive.append_basic_block("entry"))
+fork = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]), pool.FORK_SYMBOL)
+b.call(fork, [body, ir.Constant(PTR, None), I64(64), I64(2)])
+b.ret_void()
+engine = jit.Engine()
+engine.load(jit.compile_ir(str(module)))
+run = ctypes.CFUNCTYPE(None)(engine.address("drive"))
+threads_now = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(pool._native_address(pool.THREADS_SYMBOL))
+
+assert threads_now(2) == 2 and threads_now(1) == 1
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:         # until a worker took a chunk and held the join up (a loaded
+    run()                                  # host may keep it off a CPU for a while)
+    if pool.stats()["slow_joins"]:
+        break
+stats = pool.stats()
+assert stats["slow_joins"] >= 1, stats
+assert threads_now(2) == 1 and threads_now(7) == 1          # backing off: regions run as one thread
+assert pool.stats()["backed_off"] >= stats["backed_off"] + 2
+deadline = time.monotonic() + 30
+while threads_now(2) == 1 and time.monotonic() < deadline:    # the window ends (≤ 2**8 × BACKOFF_CYCLES)
+    time.sleep(0.005)
+assert threads_now(2) == 2
+print("ok", stats["slow_joins"])
+"""
+
+
+@pytest.mark.skipif(pool.MAX_THREADS < 2, reason="needs 2 CPUs for a worker")
+def test_a_join_held_up_by_a_worker_backs_regions_off_to_one_thread_for_a_while() -> None:
+    """A worker holding a chunk long past the caller's own (a neighbour preempted it) makes
+    `rlx_threads_now` answer 1 — the next regions run as one thread — until the window ends."""
+    out = subprocess.run([sys.executable, "-c", BACKOFF_SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
