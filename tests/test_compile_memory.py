@@ -57,7 +57,8 @@ def test_compile_and_drop_does_not_grow_the_process():
                           timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr
     grown = json.loads(proc.stdout.strip().splitlines()[-1])
-    # RSS moves in pages and the allocator settles for a while after the warm-up: 2 KB a cycle plus 2 MiB
-    # of slack (a 60 KB-per-compile leak, as before the fix, would be ~36 MB here)
-    assert grown["rss"] < 2048 * CYCLES + (2 << 20), f"RSS grew {grown['rss'] / CYCLES:.0f} B per compile"
+    # RSS moves in pages and the allocator settles for a while after the warm-up: 2 KB a cycle plus 4 MiB
+    # of slack (quiet runs grow 0.4–1.1 MB; one CI run on a loaded 2-core host 3.4 MB; a 60 KB-per-compile
+    # leak, as before the fix, would be ~36 MB here).  The heap check below is the tight one.
+    assert grown["rss"] < 2048 * CYCLES + (4 << 20), f"RSS grew {grown['rss'] / CYCLES:.0f} B per compile"
     assert grown["heap"] / CYCLES < 512, f"malloc'd memory in use grew {grown['heap'] / CYCLES:.0f} B per compile"

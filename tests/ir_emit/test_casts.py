@@ -207,7 +207,7 @@ def test_half_casts_are_vector_code_without_calls(outcome: Outcome, kind: str):
 
 def test_every_converting_cast_is_vector_code_without_calls(outcome: Outcome):
     from rlx_llvm.ir_emit.casts import bit_identical
-    from rlx_llvm.ir_emit.parallel import fork_symbol
+    from rlx_llvm.ir_emit.parallel import THREADS_SYMBOL, fork_symbol
     bad = []
     for name, t in ((c.name, c.thunk) for c in SUITE.cases):
         pair = rc.CAST_DTYPES.get(type(t).__name__) or (getattr(t, "src_dtype", None), getattr(t, "dst_dtype", None))
@@ -216,6 +216,7 @@ def test_every_converting_cast_is_vector_code_without_calls(outcome: Outcome):
         asm = outcome.program.asm(thunk=outcome.index(name))
         calls = sum("call" in line for line in asm.splitlines())
         forks = len(re.findall(f'call void @"?{fork_symbol()}"?\\(', outcome.thunk_ir(name)))
+        forks += len(re.findall(f'call i64 @"?{THREADS_SYMBOL}"?\\(', outcome.thunk_ir(name)))  # and asks how many threads
         if calls > forks or not any(r in asm for r in ("xmm", "ymm", "zmm")):  # a split cast forks, no more
             bad.append(name)
     assert not bad

@@ -359,12 +359,13 @@ def test_no_python_frame_runs_between_native_thunks() -> None:
     one.run(arena)  # first-use allocations (per-thread scratch) happen outside the profiled runs
     calls_five, calls_one = _python_calls_during(five, arena), _python_calls_during(one, arena)
     assert sorted(calls_five) == sorted(calls_one), "five native thunks must cost no more Python than one"
-    setup = ("program.py:run", "program.py:_arena_bytes", "program.py:_thread_scratch", "arena.py:nbytes",
-             "arena.py:address")
+    setup = ("program.py:run", "program.py:_arena_bytes", "program.py:acquire", "program.py:_run_steps",
+             "arena.py:nbytes", "arena.py:address")
     # what remains is Program.run's own set-up before the one native segment call: the arena and
     # scratch addresses (NumPy's `ndarray.ctypes` is Python code)
     assert all(c.endswith(setup) or "numpy/_core/_internal.py" in c for c in calls_five), calls_five
     assert sum(c.endswith("program.py:run") for c in calls_five) == 1
+    assert sum(c.endswith("program.py:_run_steps") for c in calls_five) == 1
 
 
 # ── run-time failures and validation ─────────────────────────────────────────
