@@ -25,8 +25,9 @@ Cases
 Each thread count runs in its own worker process (thread pools read their size when they load), which
 pins every peer to that many threads (and the process to that many CPUs when the machine has more:
 XLA runs independent ops concurrently whatever its thread flags say) and times all implementations of a case interleaved (rounds
-rotate the order; each timed call follows one untimed call of the same implementation, so the previous
-peer's thread pool has gone idle).  rlx-llvm failing a correctness check makes the run exit 1.
+rotate the order; before each timed call, a wait until no other thread of the process runs — the previous
+peer's pool may spin on: ONNX Runtime's workers ~40 ms, OpenMP's up to its block time — then one untimed
+call of the same implementation, so its own pool is as warm as in a loop).  rlx-llvm failing a correctness check makes the run exit 1.
 """
 from __future__ import annotations
 
@@ -666,7 +667,7 @@ def worker(threads: int, rounds: int, only: str | None) -> dict:
         fns = {label: impl[0] for label, impl in case.impls.items() if errors[label] <= tol}
         cores = {label: cpu_per_wall(fn) for label, fn in fns.items()}
         t = common.interleaved(fns, rounds=rounds, warmup=2, budget_s=CASE_BUDGET_S, min_rounds=MIN_ROUNDS,
-                                settle=1)
+                                settle=1, before=common.wait_idle)
         ceilings = {k: case.ceiling_mult * common.measure(fn, repeat=max(3, rounds // 2), warmup=1,
                                                           budget_s=2.0, min_repeat=3).median
                     for k, fn in case.ceilings.items()}
