@@ -46,9 +46,9 @@ THREADS_SYMBOL = "rlx_threads_now"  # i64 (i64 want): 1 while backing off from a
 WORKER_SPIN_CYCLES = 400_000  # TSC cycles (~0.1 ms) a worker spins for the next job before sleeping
 JOIN_SPIN_MIN = 20_000        # the caller spins at least this long (and 2 of its own chunks) for claimed chunks
 SLOW_JOIN_CYCLES = 1_000_000  # a join that waited longer than this (~0.25 ms) and 4 of the caller's chunks: a worker was preempted
-BACKOFF_CYCLES = 20_000_000   # after a slow join, regions run on the caller alone for this long (~5 ms) …
-BACKOFF_MAX_LEVEL = 8         # … doubled for each slow join within CLEAN_REGIONS pooled regions of the last, up to 2**8 ×
-CLEAN_REGIONS = 256            # pooled regions without a slow join that start the doubling over
+BACKOFF_CYCLES = 20_000_000   # after a second slow join, regions run on the caller alone for this long (~5 ms) …
+BACKOFF_MAX_LEVEL = 8         # … doubled for each further slow join within CLEAN_REGIONS pooled regions, up to 2**8 ×
+CLEAN_REGIONS = 256           # a slow join more pooled regions than this after the last is isolated: no back-off
 CLOSED = 0xFFFF_FFFF          # `next chunk` of a closed generation: above every job's total
 _FUTEX = {"x86_64": 202, "aarch64": 98}
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_*_PRIVATE
@@ -93,7 +93,7 @@ class _Runtime:
             ("counter", I64), ("fn", PTR), ("data", PTR), ("total", I64), ("threads", I64),
             ("done", I32), ("waiting", I32), ("epoch", I32), ("sleepers", I32), ("busy", I32),
             ("started", I32), ("published", I64), ("caller_cpu", I32),
-            ("alone_until", I64), ("clean", I64), ("level", I64))}
+            ("alone_until", I64), ("dirty", I64), ("level", I64))}
         self.stats = self._global("stats", ir.ArrayType(I64, len(STATS)))  # the job owner's counters
         self.worker_stats = self._global("worker_stats", ir.ArrayType(I64, len(WORKER_STATS)))
 
@@ -418,22 +418,27 @@ def _parallel(rt: _Runtime, inline: ir.Function, spawn: ir.Function) -> ir.Funct
 
 
 def _back_off(rt: _Runtime, b: ir.IRBuilder, now: ir.Value, slow: ir.Value) -> None:
-    """After a join at `now` (`slow`: a worker held it up): count a clean pooled region, or run the
-    next regions alone until `now + BACKOFF_CYCLES << level` — the level grows by one for each slow
-    join fewer than CLEAN_REGIONS pooled regions after the last (a neighbour that stays: the probe
-    after each window fails at once) and starts over at 0 otherwise.  Only the job's owner runs this."""
-    clean = rt.load(b, "clean", "monotonic")
+    """After a join at `now` (`slow`: a worker held it up).  A slow join within CLEAN_REGIONS pooled
+    regions of the last one (a neighbour that stays) makes the next regions run alone until
+    `now + BACKOFF_CYCLES << level`, and the level grow by one (the probe after each window fails at
+    once while the neighbour stays); an isolated slow join (something woke briefly) only starts the
+    count again, at level 0.  Only the job's owner runs this."""
+    dirty = rt.load(b, "dirty", "monotonic")   # pooled regions left in which a slow join is not isolated
     with b.if_else(slow) as (then, otherwise):
         with then:
             rt.count(b, "slow_joins", I64(1))
+            recent = b.icmp_unsigned(">", dirty, I64(0))
             level = rt.load(b, "level", "monotonic")
+            with b.if_then(recent):
+                rt.store(b, "alone_until", b.add(now, b.shl(I64(BACKOFF_CYCLES), level)), "monotonic")
             grown = b.select(b.icmp_unsigned("<", level, I64(BACKOFF_MAX_LEVEL)), b.add(level, I64(1)), level)
-            level = b.select(b.icmp_unsigned("<", clean, I64(CLEAN_REGIONS)), grown, I64(0))
-            rt.store(b, "level", level, "monotonic")
-            rt.store(b, "clean", I64(0), "monotonic")
-            rt.store(b, "alone_until", b.add(now, b.shl(I64(BACKOFF_CYCLES), level)), "monotonic")
-        with otherwise:
-            rt.store(b, "clean", b.add(clean, I64(1)), "monotonic")
+            rt.store(b, "level", b.select(recent, grown, I64(0)), "monotonic")
+            rt.store(b, "dirty", I64(CLEAN_REGIONS), "monotonic")
+        with otherwise:   # a clean pooled region: CLEAN_REGIONS of them in a row start the level over
+            with b.if_then(b.icmp_unsigned(">", dirty, I64(0))):
+                rt.store(b, "dirty", b.sub(dirty, I64(1)), "monotonic")
+                with b.if_then(b.icmp_unsigned("==", dirty, I64(1))):
+                    rt.store(b, "level", I64(0), "monotonic")
 
 
 def _threads_now(rt: _Runtime) -> None:
