@@ -564,7 +564,9 @@ class _TierUp:
             if self.program() is None and self.cache is None:
                 return
             t0 = time.perf_counter()
-            code = jit.compile_parts(self.parts, opt=self.opt_level, cache=self.cache)
+            from .kernels.pool import reserve_core
+            with reserve_core():   # the running program's regions leave it a core meanwhile
+                code = jit.compile_parts(self.parts, opt=self.opt_level, cache=self.cache)
             program = self.program()
             if program is not None:
                 program._swap_in(code, (time.perf_counter() - t0) * 1e3)

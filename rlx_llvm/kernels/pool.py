@@ -31,15 +31,19 @@ The thread count native code reads (`@rlx_num_threads`) lives here too.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
+from typing import Iterator
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
 MAX_THREADS = max(1, os.cpu_count() or 1)
 NUM_THREADS = ctypes.c_int32(MAX_THREADS)  # what @rlx_num_threads points at
+RESERVED = ctypes.c_int32(0)  # what @rlx_reserved_threads points at: cores background compiles are using
+RESERVED_SYMBOL = "rlx_reserved_threads"
 
 FORK_SYMBOL = "rlx_parallel"  # void (ptr fn, ptr data, i64 chunks, i64 threads)
 THREADS_SYMBOL = "rlx_threads_now"  # i64 (i64 want): 1 while backing off from a busy neighbour, else want
@@ -449,7 +453,13 @@ def _threads_now(rt: _Runtime) -> None:
     backing = b.icmp_unsigned("<", rt.cycles(b), rt.load(b, "alone_until", "monotonic"))
     with b.if_then(backing):
         rt.count(b, "backed_off", I64(1))
-    b.ret(b.select(backing, I64(1), f.args[0]))
+    want = b.select(backing, I64(1), f.args[0])
+    # leave the cores a background compile uses (`reserve_core`): its build would preempt our workers
+    reserved = ir.GlobalVariable(rt.module, I32, RESERVED_SYMBOL)
+    taken = b.sext(b.load_atomic(reserved, "monotonic", 4, typ=I32), I64)
+    free = b.sub(I64(MAX_THREADS), taken)
+    free = b.select(b.icmp_signed("<", free, I64(1)), I64(1), free)
+    b.ret(b.select(b.icmp_signed("<", want, free), want, free))
 
 
 def _after_fork(rt: _Runtime) -> None:
@@ -501,6 +511,7 @@ def _build() -> tuple[object, dict[str, int]]:
     `rlx_parallel` and `rlx_num_threads` to the JIT's symbol table."""
     from .. import jit
     llvm.add_symbol("rlx_num_threads", ctypes.addressof(NUM_THREADS))
+    llvm.add_symbol(RESERVED_SYMBOL, ctypes.addressof(RESERVED))
     engine = jit.Engine()
     code = _object()
     engine.load(code)
@@ -523,7 +534,7 @@ def _object():
         source = hashlib.sha256(fh.read()).hexdigest()
     # the spin constants too: a process that changes them (an experiment) must not load the old object
     key = jit.cache_key(f"rlx_pool {source} {WORKER_SPIN_CYCLES} {JOIN_SPIN_MIN} {SLOW_JOIN_CYCLES} "
-                        f"{BACKOFF_CYCLES} {BACKOFF_MAX_LEVEL} {CLEAN_REGIONS}", 2)
+                        f"{BACKOFF_CYCLES} {BACKOFF_MAX_LEVEL} {CLEAN_REGIONS} {MAX_THREADS}", 2)
     hit = store.load(key) if store is not None else None
     if hit is not None and not jit.missing_symbols(hit.externals):
         return hit
@@ -571,6 +582,20 @@ def stats() -> dict[str, int]:
     out = (ctypes.c_int64 * len(names))()
     ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_native_address("rlx_pool_stats"))(ctypes.addressof(out))
     return dict(zip(names, out))
+
+
+@contextlib.contextmanager
+def reserve_core() -> Iterator[None]:
+    """While the block runs (a background compile), regions leave one core to it: `rlx_threads_now`
+    answers at most cores − reserved (and at least 1) — the build would otherwise preempt our workers
+    mid-chunk, and the slow joins would back the pool off for seconds after it ends."""
+    with _lock:
+        RESERVED.value += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            RESERVED.value -= 1
 
 
 def set_threads(n: int) -> None:

@@ -468,8 +468,10 @@ class SentenceEncoder:
 
     def _compile_in_background(self, batch: int, seq: int) -> None:
         """Compile (batch, seq) off the lock, then lay out its arena and keep it."""
+        from ..kernels.pool import reserve_core
         try:
-            compiled, lay_out, _ = self._build_shape(batch, seq)
+            with reserve_core():   # the calls meanwhile (tier 0, covering shapes) leave it a core
+                compiled, lay_out, _ = self._build_shape(batch, seq)
             with self._lock:
                 lay_out()
                 self._keep((batch, seq), compiled)

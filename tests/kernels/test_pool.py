@@ -387,3 +387,17 @@ def test_a_join_held_up_by_a_worker_backs_regions_off_to_one_thread_for_a_while(
     `rlx_threads_now` answer 1 — the next regions run as one thread — until the window ends."""
     out = subprocess.run([sys.executable, "-c", BACKOFF_SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
+
+
+def test_a_reserved_core_is_left_to_background_work() -> None:
+    """`reserve_core()`: while a background compile runs, regions ask for at most cores − 1 threads."""
+    pool.register_runtime()
+    threads_now = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(pool._native_address(pool.THREADS_SYMBOL))
+    cores = pool.MAX_THREADS
+    if threads_now(cores) != cores:
+        pytest.skip("the pool is backing off from a busy neighbour in this process")
+    with pool.reserve_core():
+        assert threads_now(cores) == max(1, cores - 1) and threads_now(1) == 1
+        with pool.reserve_core():
+            assert threads_now(cores) == max(1, cores - 2)
+    assert threads_now(cores) == cores and pool.RESERVED.value == 0
