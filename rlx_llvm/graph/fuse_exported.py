@@ -11,7 +11,8 @@ Head-split attention — what a BERT/MiniLM export spells out op by op — becom
       → attention(Q, K, V, reshape(keep, [B, S]), heads=H, head_dim=D, mask=Custom, scale=1/c)
 
 On hosts with 16 f32 lanes (AVX-512) at any number of keys; elsewhere only while the keys per query are
-few (≤ `attention_max_keys()`, 32): beyond that, on the 8-lane hosts measured, the exporter's own sequence (two BatchedSgemms, the mask region, Softmax, transposes) runs faster than the
+few (≤ `attention_max_keys()`, 32): beyond that, on the 8-lane hosts measured, the exporter's own
+sequence (two BatchedSgemms, the mask region, Softmax, transposes) runs faster than the
 Attention thunk, whose per-key dot products lose to the GEMM tiles (1 thread, 12 heads of 32, CPU time,
 fused ÷ decomposed: 16 keys 0.94–0.97, 32 keys 1.04, 64 keys 1.51, 128 keys 1.41–1.60, 256 keys 1.61).
 Re-measured after the Attention kernel's rework (register-transposed Kᵀ, docs/lowering-attention.md), on the

@@ -3,7 +3,8 @@
 An emitter gets an `EmitContext` positioned in the entry block of
 `i32 @t<N>_<kind>(ptr %arena, ptr %scratch)` and writes the thunk's body; returning from the
 emitter returns status 0 (`ctx.fail(code)` returns a non-zero status that `Program.run` raises as
-ExecutionError).  `%scratch` is Program-owned memory, one buffer per calling thread, sized at
+ExecutionError).  `%scratch` is the calling thread's scratch buffer (shared by every Program that
+thread runs, grown to the largest; `Program.run`), each Program's need sized at
 compile time from every thunk's `ctx.scratch_alloc` requests (thunks run one after another, so
 each thunk's scratch starts at offset 0).  Offsets are
 compile-time constants, so every address is `gep i8, ptr %arena, i64 <const + index·size>`

@@ -51,7 +51,7 @@ WORKER_SPIN_CYCLES = 400_000  # TSC cycles (~0.1 ms) a worker spins for the next
 JOIN_SPIN_MIN = 20_000        # the caller spins at least this long (and 2 of its own chunks) for claimed chunks
 SLOW_JOIN_CYCLES = 1_000_000  # a join that waited longer than this (~0.25 ms) and 4 of the caller's chunks: a worker was preempted
 BACKOFF_CYCLES = 20_000_000   # after a second slow join, regions run on the caller alone for this long (~5 ms) …
-BACKOFF_MAX_LEVEL = 8         # … doubled for each further slow join within CLEAN_REGIONS pooled regions, up to 2**8 ×
+BACKOFF_MAX_LEVEL = 8         # … doubled per further slow join within CLEAN_REGIONS pooled regions, up to 2**8 ×
 CLEAN_REGIONS = 256           # a slow join more pooled regions than this after the last is isolated: no back-off
 CLOSED = 0xFFFF_FFFF          # `next chunk` of a closed generation: above every job's total
 _FUTEX = {"x86_64": 202, "aarch64": 98}
@@ -575,7 +575,7 @@ def workers() -> int:
 def stats() -> dict[str, int]:
     """The pool's counters since the process started: regions forked, those that had to wake a
     sleeping worker, chunks (all / run by the caller), TSC cycles the caller waited at joins and
-    joins it slept in, slow joins (each starts a back-off); worker arrivals (regions a worker ran a
+    joins it slept in, slow joins (a second within CLEAN_REGIONS starts a back-off); worker arrivals (regions a worker ran a
     chunk of), their summed TSC delay from the job's publication to the first claim, the workers'
     futex sleeps and moves, and regions told to run as one thread while backing off."""
     names = STATS + WORKER_STATS

@@ -608,8 +608,10 @@ def plan_batches(lengths: Sequence[int], batch_size: int, padded_seq: Callable[[
     token plus attention's s-proportional share (4·s·hidden against 24·hidden² flops per token) and a
     fixed cost per call.  Fixed batches of 32 pay for a few truncated 256-token texts with 31 short
     ones each: 500 texts of the packaged corpus pad to 29 504 tokens in fixed batches, 26 880 here,
-    and its two halves (one per Dask worker) to 34 624 against 27 616 (10 000 texts: 492 288 → 488 672).  Exact (dynamic programming
-    over the sorted list); the sizes are few so a stream meets few compiled shapes."""
+    and its two halves (one per Dask worker) to 34 624 against 27 616 (10 000 texts: 492 288 →
+    488 672).  Exact (dynamic programming over the sorted list); the sizes are few so a stream meets
+    few compiled shapes.  CALL_TOKENS is an estimate (~0.1 ms of dispatch at ~0.12 ms per padded
+    token, rounded up for small GEMMs' lower efficiency), not a per-host measurement."""
     n = len(lengths)
     sizes = sorted({batch_size, max(1, batch_size // 4), 1}, reverse=True)
     cost = [0.0] * (n + 1)      # cost[i]: the cheapest plan for texts i..n-1
