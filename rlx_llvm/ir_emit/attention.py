@@ -28,7 +28,7 @@ from ..thunks.attention import Rope
 from . import vecmath as vm
 from .context import EmitContext
 from .toolkit import (F32, FASTMATH, I1, I32, I64, as_value, carried_loop, const, iadd, imul, lane_index, load_lanes,
-                      splat, store_lanes, vec)
+                      splat, store_lanes, transpose_vectors, vec)
 from ..registry import lowering
 from .rows import SUM, exp_sum, parallel_rows, reduce_row, row_max
 
@@ -161,7 +161,7 @@ def _transpose_keys(ctx: EmitContext, t, kt: int, k_row0, k_step: int) -> None:
         with ctx.for_range(0, main, w, name="ktj") as j0:
             with ctx.for_range(0, dmain, w, name="ktd") as d0:
                 rows = [ctx.load(t.k, F32, key(iadd(b, j0, r), d0), w) for r in range(w)]
-                for d, x in enumerate(_transpose_block(b, rows)):
+                for d, x in enumerate(transpose_vectors(b, rows)):
                     ctx.store(0, x, iadd(b, imul(b, iadd(b, d0, d), kv), j0), base=base)
     if main and hd > dmain:
         vty = ir.VectorType(F32, w)
@@ -175,19 +175,6 @@ def _transpose_keys(ctx: EmitContext, t, kt: int, k_row0, k_step: int) -> None:
         with ctx.for_range(main, kv, name="ktt") as j:
             with ctx.for_range(0, hd, name="ktdt") as d:
                 ctx.store(0, ctx.load(t.k, F32, key(j, d)), iadd(b, imul(b, d, kv), j), base=base)
-
-
-def _transpose_block(b: ir.IRBuilder, rows: list) -> list:
-    """The W×W transpose of W `<W x float>` rows: log2(W) rounds pairing row i with row i + W/2 by
-    interleaving shuffles (lanes 0..W−1 of the zip, then W..2W−1)."""
-    w = len(rows)
-    idx = lambda lst: ir.Constant(ir.VectorType(I32, w), [ir.Constant(I32, v) for v in lst])
-    lo = idx([(k // 2) + (k % 2) * w for k in range(w)])
-    hi = idx([w // 2 + (k // 2) + (k % 2) * w for k in range(w)])
-    for _ in range(w.bit_length() - 1):
-        rows = [x for i in range(w // 2) for x in (b.shuffle_vector(rows[i], rows[i + w // 2], lo),
-                                                     b.shuffle_vector(rows[i], rows[i + w // 2], hi))]
-    return rows
 
 
 def _query_block(ctx: EmitContext, t, i0, rows: int, kt: int, scores: int, rinvs: int, bi, u, q0, q_step: int,

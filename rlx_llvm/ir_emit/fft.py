@@ -38,7 +38,7 @@ from . import vecmath as vm
 from .context import EmitContext
 from .rows import MAX, parallel_rows, reduce_row
 from .toolkit import (F32, F64, FASTMATH, I8, I32, I64, PTR, Index, carried_loop, const, fconst, iadd, imul,
-                      lane_index, scratch_ptr, sizeof, splat, vec, zero_bytes)
+                      lane_index, scratch_ptr, sizeof, splat, transpose_vectors, vec, zero_bytes)
 
 ODD_PRIMES = (3, 5, 7, 11, 13)   # odd radices with an unrolled pass; a larger prime factor → Bluestein
 PAR_WORK = 1 << 15               # butterflies worth forking a thread for
@@ -291,20 +291,6 @@ def pass_function(ctx: EmitContext, r: int, sign: int, ty: ir.Type, w: int) -> i
     return shared_function(ctx, f"rlx.fft.pass{r}{direction}.{type_name(ty, w)}", [PTR, PTR, PTR, I64, I64], 3, emit)
 
 
-def transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
-    """The columns of the `w × w` matrix whose rows are `rows` (`w` vectors of `w` lanes): one round
-    of two-vector shuffles per bit, swapping that bit of the row and column index."""
-    w, rows = len(rows), list(rows)
-    bit = 1
-    while bit < w:
-        for lo in (l for l in range(w) if not l & bit):
-            a, c = rows[lo], rows[lo | bit]
-            rows[lo] = b.shuffle_vector(a, c, shuffle_mask([j if not j & bit else w + (j ^ bit) for j in range(w)]))
-            rows[lo | bit] = b.shuffle_vector(a, c, shuffle_mask([j ^ bit if not j & bit else w + j for j in range(w)]))
-        bit <<= 1
-    return rows
-
-
 def shuffle_mask(lanes: list[int]) -> ir.Constant:
     return ir.Constant(vec(I32, len(lanes)), lanes)
 
@@ -360,7 +346,7 @@ def gather_function(ctx: EmitContext, layout: RowLayout, ty: ir.Type, w: int) ->
         if w > 1:
             with body.for_range(0, whole, w, name="run") as i:
                 runs = [layout.load_run(body, row[l], ty, n, i, w) for l in range(w)]
-                columns = [transpose(b, [run[part] for run in runs]) for part in (0, 1)]
+                columns = [transpose_vectors(b, [run[part] for run in runs]) for part in (0, 1)]
                 for j in range(w):
                     out.store(body, iadd(b, i, j), (columns[0][j], columns[1][j]))
         with body.for_range(whole, n, name="point") as i:
@@ -379,7 +365,7 @@ def scatter_function(ctx: EmitContext, layout: RowLayout, ty: ir.Type, w: int) -
         if w > 1:
             with body.for_range(0, whole, w, name="run") as i:
                 points = [scale_by(b, src.load(body, iadd(b, i, j)), factor) for j in range(w)]
-                runs = [transpose(b, [p[part] for p in points]) for part in (0, 1)]
+                runs = [transpose_vectors(b, [p[part] for p in points]) for part in (0, 1)]
                 for l in range(w):
                     layout.store_run(body, row[l], n, i, (runs[0][l], runs[1][l]))
         with body.for_range(whole, n, name="point") as i:

@@ -20,7 +20,8 @@ from llvmlite import ir
 from .. import thunks as T
 from ..errors import ValidationError
 from .context import STREAM_BYTES, EmitContext
-from .toolkit import F32, I32, I64, Index, as_value, copy_bytes, iadd, imul, linear, prefetch, splat, zero_bytes
+from .toolkit import (F32, I32, I64, Index, as_value, copy_bytes, iadd, imul, linear, prefetch, splat, transpose_vectors,
+                      zero_bytes)
 from ..registry import lowering
 
 ELEM_BYTES = (1, 2, 4, 8, 16)  # element widths the byte-generic kernels move
@@ -368,30 +369,6 @@ def tile_axis(walk: Walk, eb: int) -> int | None:
     return None
 
 
-def butterfly_stages(t: int) -> list[tuple[int, list[int], list[int]]]:
-    """`(d, low, high)` per stage of a T×T register transpose: rows `i` and `i + d` (bit d of i
-    clear) become `shuffle(row_i, row_i+d, low)` and `shuffle(…, high)`, swapping the off-diagonal
-    d×d blocks of every 2d×2d block; after the stages d = T/2 … 1 the tile is transposed."""
-    stages = []
-    d = t // 2
-    while d >= 1:
-        low = [c if not c & d else t + c - d for c in range(t)]
-        high = [c + d if not c & d else t + c for c in range(t)]
-        stages.append((d, low, high))
-        d //= 2
-    return stages
-
-
-def transpose_tile(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
-    """Transpose a T×T tile held as T row vectors: log2(T) stages of two-input shuffles."""
-    rows = list(rows)
-    for d, low, high in butterfly_stages(len(rows)):
-        for i in range(len(rows)):
-            if not i & d:
-                rows[i], rows[i + d] = shuffle(b, rows[i], rows[i + d], low), shuffle(b, rows[i], rows[i + d], high)
-    return rows
-
-
 def tiled_walk(ctx: EmitContext, src: int, dst: int, walk: Walk, k: int, eb: int, stream: bool) -> None:
     """Strided innermost axis: T×T register tiles between output axis `k` (input-contiguous) and
     the last axis (output-contiguous), so both sides move whole 64-byte rows.  Extents that are
@@ -426,7 +403,7 @@ def tiled_walk(ctx: EmitContext, src: int, dst: int, walk: Walk, k: int, eb: int
                     origin = iadd(b, base_in, iadd(b, a0, imul(b, b0, s)))
                     rows = [load_elem(ctx, src, iadd(b, origin, r * s), eb, t) for r in range(t)]
                     target = iadd(b, base_out, iadd(b, imul(b, a0, ok), b0))
-                    for r, vec in enumerate(transpose_tile(b, rows)):
+                    for r, vec in enumerate(transpose_vectors(b, rows)):
                         store_elem(ctx, dst, vec, iadd(b, target, r * ok), streaming)
 
         # A band of TILE_BAND tiles along `a` sweeps all of `b`: each input row is read in

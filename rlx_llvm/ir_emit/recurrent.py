@@ -40,7 +40,8 @@ from . import vecmath as vm
 from .blas_calls import FortranArgs
 from .context import ArenaRef, EmitContext, ScratchRef, pointer
 from .gemm import ACCUMULATORS, TileShape, blas_gemm, ir_tiles_win, tile_gemm
-from .toolkit import F32, I32, I64, PTR, carried_loop, copy_bytes, splat_like, vector_registers, zero_bytes
+from .toolkit import (F32, I32, I64, PTR, carried_loop, copy_bytes, splat_like, transpose_vectors, vector_registers,
+                      zero_bytes)
 
 
 def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -341,7 +342,7 @@ class Direction:
         """The W×W block at (lane, k) of src, transposed into dst (`transpose`)."""
         ctx, b, h, w = self.ctx, self.ctx.b, self.a["hidden"], self.shape.w
         rows = [ctx.load(0, F32, b.add(b.mul(b.add(lane, I64(r)), h), k), w, base=src) for r in range(w)]
-        for m, column in enumerate(transpose(b, rows)):
+        for m, column in enumerate(transpose_vectors(b, rows)):
             ctx.store(0, column, b.add(b.mul(b.add(k, I64(m)), I64(self.shape.vectors * w)), lane), base=dst)
 
     def pack_biases(self) -> None:
@@ -432,7 +433,7 @@ class Direction:
                 return [vm.fma(b, ctx.load(0, F32, b.add(b.mul(I64(r), h), k), w, base=weights), hk, acc[r])
                         for r in range(w)]
 
-            sums = transpose(b, carried_loop(ctx, 0, h, w, [zero] * w, k_step, name="k"))
+            sums = transpose_vectors(b, carried_loop(ctx, 0, h, w, [zero] * w, k_step, name="k"))
             total = sums[0]
             for column in sums[1:]:
                 total = b.fadd(total, column)
@@ -480,19 +481,6 @@ class Direction:
         """`i` of `range(0, stop, step)` on even steps `s`, the same range backwards on odd ones."""
         b = self.ctx.b
         return b.select(b.icmp_unsigned("!=", b.and_(s, I64(1)), I64(0)), b.sub(b.sub(stop, I64(step)), i), i)
-
-
-def transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
-    """The columns of a W×W matrix given as W row vectors (W a power of two): log₂W rounds of
-    interleaving row i with row i + W/2 (low halves → row 2i, high halves → row 2i + 1)."""
-    w = len(rows)
-    if w == 1:
-        return rows
-    lo = ir.Constant(ir.VectorType(I32, w), [x for j in range(w // 2) for x in (j, w + j)])
-    hi = ir.Constant(ir.VectorType(I32, w), [x for j in range(w // 2, w) for x in (j, w + j)])
-    for _ in range(w.bit_length() - 1):
-        rows = [b.shuffle_vector(rows[i], rows[i + w // 2], mask) for i in range(w // 2) for mask in (lo, hi)]
-    return rows
 
 
 def zero_bytes_at(ctx: EmitContext, dst: ir.Value, nbytes: ir.Value) -> None:
@@ -611,5 +599,5 @@ def transpose_matrix(ctx: EmitContext, src: ir.Value, dst: ir.Value, rows: int, 
     with ctx.for_range(0, cols, w, name="tc") as c:
         with ctx.for_range(0, rows, w, name="tr") as r:
             block = [ctx.load(0, F32, b.add(b.mul(b.add(r, I64(i)), I64(cols)), c), w, base=src) for i in range(w)]
-            for i, column in enumerate(transpose(b, block)):
+            for i, column in enumerate(transpose_vectors(b, block)):
                 ctx.store(0, column, b.add(b.mul(b.add(c, I64(i)), I64(rows)), r), base=dst)

@@ -27,7 +27,7 @@ from .gemm import ACCUMULATORS, PANEL_VECTORS, PARALLEL_MIN_FMAS, TileShape, _ru
 from .gguf import horizontal_sum
 from .gemm import expert_status
 from .toolkit import (F32, I32, I64, I8, Index, as_value, call_intrinsic, entry_alloca, fail_unless, iadd, imul,
-                      scratch_ptr, splat, vec, zero_bytes)
+                      scratch_ptr, splat, transpose_vectors, vec, zero_bytes)
 
 AMAX = Combine("fmax", 0.0)   # NaN-ignoring max of |x|, 0 for an empty or all-NaN block
 E4M3 = FORMATS["F8E4M3"]
@@ -183,18 +183,6 @@ def check_scaled_grouped(t: T.ScaledGroupedMatMul) -> None:
         raise ValidationError(f"num_experts = 0 but m = {t.m} rows need an expert", field="num_experts")
 
 
-def transpose(b: ir.IRBuilder, vs: list[ir.Value]) -> list[ir.Value]:
-    """The g×g transpose of g vectors of g lanes (g a power of two): log2 g rounds of interleaving
-    vector i with vector i + g/2 (Eklundh)."""
-    g = len(vs)
-    h = g // 2
-    lo = ir.Constant(ir.VectorType(I32, g), [j for i in range(h) for j in (i, i + g)]) if h else None
-    hi = ir.Constant(ir.VectorType(I32, g), [j for i in range(h, g) for j in (i, i + g)]) if h else None
-    for _ in range(g.bit_length() - 1):
-        vs = [b.shuffle_vector(vs[i], vs[i + h], mask) for i in range(h) for mask in (lo, hi)]
-    return vs
-
-
 def row_scale(ctx: EmitContext, g: ScaledGemm, m: Codes, r: Index, first: Index) -> ir.Value:
     """The f32 scale of source row `r` of `m` at code `first`."""
     b = ctx.b
@@ -234,7 +222,7 @@ def decode_transposed(ctx: EmitContext, g: ScaledGemm, m: Codes, row: RowMap, co
             vs = [b.fmul(lp.decode(ctx, m.fmt, ctx.load(m.codes, I8, iadd(b, imul(b, r, g.k), kk), n)), s)
                   for r, s in zip(rows, ss)]
             at = iadd(b, imul(b, b.sub(as_value(kk), as_value(ks[0])), ld), rr0)
-            for lane, v in enumerate(transpose(b, vs)):
+            for lane, v in enumerate(transpose_vectors(b, vs)):
                 ctx.store(0, v, iadd(b, at, lane * ld), base=dst)
 
     def row_group(rr0: Index, n: int) -> None:

@@ -2,7 +2,7 @@
 
 * **types** — `F16 … PTR`, the arena storage type of each DType, the fast-math flag sets;
 * **values** — `vec`, `const`, `splat_like` (constants shaped like a value), `splat` (broadcast a
-  run-time scalar), `width_of`, `scalar_of`, `lane_ids`;
+  run-time scalar), `width_of`, `scalar_of`, `lane_ids`, `transpose_vectors` (a W×W register transpose);
 * **index arithmetic** on `Index = ir.Value | int`, folding Python ints (`iadd`, `imul`, `as_value`);
 * **memory** — `entry_alloca`, `scratch_ptr`, `copy_bytes`/`zero_bytes` (`llvm.memcpy`/`memset`),
   `prefetch`, masked `load_lanes`/`store_lanes`;
@@ -102,6 +102,24 @@ def splat(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
     vty = ir.VectorType(x.type, width)
     one = b.insert_element(ir.Constant(vty, None), x, I32(0))
     return b.shuffle_vector(one, ir.Constant(vty, None), ir.Constant(ir.VectorType(I32, width), [0] * width))
+
+
+def transpose_masks(w: int) -> tuple[list[int], list[int]]:
+    """The two shuffle masks of one `transpose_vectors` round over W-lane vectors: row i with row
+    i + W/2 interleaved, low halves (→ row 2i) and high halves (→ row 2i + 1)."""
+    return ([x for j in range(w // 2) for x in (j, w + j)], [x for j in range(w // 2, w) for x in (j, w + j)])
+
+
+def transpose_vectors(b: ir.IRBuilder, rows: Sequence[ir.Value]) -> list[ir.Value]:
+    """The columns of a W×W matrix given as W row vectors of W lanes (W a power of two, any element
+    type): log₂W rounds of interleaving row i with row i + W/2 (Eklundh), exact."""
+    w, rows = len(rows), list(rows)
+    if w == 1:
+        return rows
+    lo, hi = (ir.Constant(ir.VectorType(I32, w), mask) for mask in transpose_masks(w))
+    for _ in range(w.bit_length() - 1):
+        rows = [b.shuffle_vector(rows[i], rows[i + w // 2], mask) for i in range(w // 2) for mask in (lo, hi)]
+    return rows
 
 
 def lane_ids(width: int, ty: ir.Type = I64) -> ir.Constant:

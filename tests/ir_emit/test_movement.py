@@ -256,17 +256,6 @@ def test_walk_simplification_merges_contiguous_axes():
     assert ir_movement.simplify_walk((3, 0), (1, 1)) is None
 
 
-@pytest.mark.parametrize("t", [4, 8, 16])
-def test_butterfly_stages_transpose_a_tile(t):
-    tile = [[(r, c) for c in range(t)] for r in range(t)]
-    for d, low, high in ir_movement.butterfly_stages(t):
-        for i in range(t):
-            if not i & d:
-                both = tile[i] + tile[i + d]
-                tile[i], tile[i + d] = [both[m] for m in low], [both[m] for m in high]
-    assert tile == [[(r, c) for r in range(t)] for c in range(t)]
-
-
 # ── validation ──────────────────────────────────────────────────────────────
 
 BAD = {
