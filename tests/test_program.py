@@ -211,7 +211,8 @@ def product(sched: rl.ThunkSchedule, arena: rl.Arena) -> np.ndarray:
 
 def test_programs_on_one_thread_share_a_scratch_buffer_grown_to_the_largest():
     from rlx_llvm import program as program_module
-    cases = [sgemm_case(64, 64, 64, 1), sgemm_case(96, 80, 112, 2), sgemm_case(33, 17, 65, 3)]
+    # more than gemm.B_IN_PLACE_MAX_ROWS rows: each GEMM packs B into scratch
+    cases = [sgemm_case(300, 64, 64, 1), sgemm_case(296, 80, 112, 2), sgemm_case(261, 17, 65, 3)]
     progs = [rl.compile(s, cache=False) for s, _, _ in cases]
     assert all(p.scratch_bytes for p in progs)
     program_module.release_scratch()
@@ -226,7 +227,7 @@ def test_programs_on_one_thread_share_a_scratch_buffer_grown_to_the_largest():
 
 
 def test_a_run_nested_in_a_python_step_gets_its_own_scratch():
-    inner_sched, inner_arena, inner_want = sgemm_case(96, 80, 112, 4)
+    inner_sched, inner_arena, inner_want = sgemm_case(400, 400, 400, 4)   # packs B (> 256 rows)
     inner = rl.compile(inner_sched, cache=False)
 
     from rlx_llvm import program as program_module
@@ -239,12 +240,12 @@ def test_a_run_nested_in_a_python_step_gets_its_own_scratch():
         out[:] = product(inner_sched, inner_arena).ravel()[:out.size]
 
     rl.register_custom_op("test_program_nested_run", run_inner, replace=True)
-    m = 64
+    m = 264   # > gemm.B_IN_PLACE_MAX_ROWS: packs B into scratch
     first, arena, want = sgemm_case(m, m, m, 5)
     gemm = first.thunks[0]
     side = 4 * 3 * m * m
     again = T.Sgemm(a=gemm.a, b=gemm.b, c=side, m=m, k=m, n=m)
-    nested = T.CustomOp(kernel="test_program_nested_run", inputs=((gemm.c, m * m, (m, m)),),
+    nested = T.CustomOp(kernel="test_program_nested_run", inputs=((gemm.c, 16, (16,)),),
                         output=(side + 4 * m * m, 16, (16,)), attrs=())
     sched = rl.ThunkSchedule([gemm, nested, again], arena_bytes=side + 4 * m * m + 64)
     big = rl.Arena(sched.arena_bytes)

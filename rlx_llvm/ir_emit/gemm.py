@@ -179,6 +179,16 @@ ROW_SPLIT_MIN_TILES = 8  # ... of at least this many row tiles (each block packs
 # a quarter of the shared L3 holds it (4 MiB where the L3 size cannot be read)
 B_PANEL_BYTES = max(L2_BYTES, jit.cache_bytes(3, 16 << 20) // 4)
 PARALLEL_MIN_FMAS = 1 << 21  # ≈ 10 µs of tile work per thread before a fork/join pays off
+# B is read in place, not packed, when at most this many rows re-read each block of it and its rows
+# are shorter than this many bytes: packing a panel stalls on B's cache misses right before its tiles,
+# while tiles reading in place overlap them with their FMAs (docs/lowering-blas.md, "Packing B")
+B_IN_PLACE_MAX_ROWS = 256
+B_IN_PLACE_MAX_ROW_BYTES = 3 * 4096
+
+
+def b_in_place(m: int, b_row_bytes: int) -> bool:
+    """Whether the tiles read B where it is (few row tiles re-read it, its rows short) instead of packed."""
+    return m <= B_IN_PLACE_MAX_ROWS and b_row_bytes < B_IN_PLACE_MAX_ROW_BYTES
 
 
 def transpose_to_scratch(ctx: EmitContext, src: ir.Value, rows: int, cols: int, ty: ir.Type) -> ir.Value:
@@ -224,7 +234,7 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
     items, per_item = (-(-m // mc), mc * n * k) if by_rows else (panels, m * k * panel)
     min_items = max(1, -(-PARALLEL_MIN_FMAS // per_item))
     threaded = movable and items >= 2 * min_items
-    packs = m > rows  # more than one row tile reads each block of B: copy it contiguous once
+    packs = m > rows and not b_in_place(m, n * size)  # several row tiles re-read each block of B: copy it once
     fused = epilogue is not None and mc == m
     packs_a = packs and panels > PACK_A_MIN_PANELS * (2 if threaded and not by_rows else 1)
     # column panels per packed B k-panel, reused by every row block of the sweep; with one row block,

@@ -142,14 +142,22 @@ def k_block_cases(lay: Suite) -> list[tuple[str, object]]:
             c=lay.slot(512 * 1024 * 4), m=512, k=1030, n=1024, act=Activation.Gelu)),
         # packed A micro-panels from a transposed A, a ragged last panel, f64, and a fused epilogue after
         # the last of several k-blocks of one row block
-        ("packed sgemm_t 150x700x300 ta", T.SgemmT(a=lay.put(lay.normal(700, 150)), b=lay.put(lay.normal(700, 300)),
-                                                   c=lay.slot(150 * 300 * 4), m=150, k=700, n=300, ta=True, tb=False)),
-        ("packed dgemm 40x600x139", T.Dgemm(a=lay.put(lay.normal(40, 600, dtype=np.float64)),
-                                            b=lay.put(lay.normal(600, 139, dtype=np.float64)), c=lay.slot(40 * 139 * 8),
-                                            m=40, k=600, n=139)),
-        ("packed fused 64x700x256", T.FusedMmBiasAct(
-            a=lay.put(lay.normal(64, 700)), w=lay.put(lay.normal(700, 256) * 0.04), bias=lay.put(lay.normal(256)),
-            c=lay.slot(64 * 256 * 4), m=64, k=700, n=256, act=Activation.Silu)),
+        # (more than gemm.B_IN_PLACE_MAX_ROWS rows, so B is packed too)
+        ("packed sgemm_t 300x700x300 ta", T.SgemmT(a=lay.put(lay.normal(700, 300)), b=lay.put(lay.normal(700, 300)),
+                                                   c=lay.slot(300 * 300 * 4), m=300, k=700, n=300, ta=True, tb=False)),
+        ("packed dgemm 260x600x139", T.Dgemm(a=lay.put(lay.normal(260, 600, dtype=np.float64)),
+                                             b=lay.put(lay.normal(600, 139, dtype=np.float64)),
+                                             c=lay.slot(260 * 139 * 8), m=260, k=600, n=139)),
+        ("packed fused 264x700x256", T.FusedMmBiasAct(
+            a=lay.put(lay.normal(264, 700)), w=lay.put(lay.normal(700, 256) * 0.04), bias=lay.put(lay.normal(256)),
+            c=lay.slot(264 * 256 * 4), m=264, k=700, n=256, act=Activation.Silu)),
+        # either side of the in-place rule: ≤ 256 rows and B rows under 12 KiB read B in place, else packed
+        ("in-place sgemm 256x40x3071", T.Sgemm(a=lay.put(lay.normal(256, 40)), b=lay.put(lay.normal(40, 3071)),
+                                               c=lay.slot(256 * 3071 * 4), m=256, k=40, n=3071)),
+        ("packed sgemm 100x40x3072", T.Sgemm(a=lay.put(lay.normal(100, 40)), b=lay.put(lay.normal(40, 3072)),
+                                             c=lay.slot(100 * 3072 * 4), m=100, k=40, n=3072)),
+        ("packed sgemm 257x40x200", T.Sgemm(a=lay.put(lay.normal(257, 40)), b=lay.put(lay.normal(40, 200)),
+                                            c=lay.slot(257 * 200 * 4), m=257, k=40, n=200)),
     ]
 
 
@@ -269,6 +277,17 @@ def test_wide_gemms_read_packed_micro_panels(built: Outcome, mode: str) -> None:
     register-tile micro-panels and the tiles read both operands packed (constant strides)."""
     ir_text = built.thunk_ir("packed sgemm 520x600x1024")
     assert ("rlx.pack_a.f32" in ir_text and ".packed" in ir_text) == (mode == "auto")
+
+
+def test_b_is_read_in_place_by_few_rows_of_short_b_rows(built: Outcome, mode: str) -> None:
+    """At most 256 rows with B rows under 12 KiB read B where it is (no `bpack` copy loop); more rows
+    or longer rows of B pack it."""
+    if mode != "auto":
+        pytest.skip("BLAS mode: no IR tiles")
+    packs = {name: "bpack" in built.thunk_ir(name) for name in
+             ("in-place sgemm 256x40x3071", "packed sgemm 100x40x3072", "packed sgemm 257x40x200")}
+    assert packs == {"in-place sgemm 256x40x3071": False, "packed sgemm 100x40x3072": True,
+                     "packed sgemm 257x40x200": True}
 
 
 def test_by_default_real_gemms_run_as_ir_tiles() -> None:
