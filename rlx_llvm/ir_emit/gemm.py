@@ -32,6 +32,7 @@ from .. import thunks as T
 from ..dtypes import DType, HalfKind
 from ..errors import ValidationError
 from ..kernels.blas import BLAS_INT_MAX, Status
+from ..kernels.pool import MAX_THREADS
 from .blas_calls import FortranArgs
 from .context import ArenaRef, EmitContext, MovableRef, Operand, pointer
 from .printed import define_once
@@ -179,6 +180,7 @@ ROW_SPLIT_MIN_TILES = 8  # ... of at least this many row tiles (each block packs
 # a quarter of the shared L3 holds it (4 MiB where the L3 size cannot be read)
 B_PANEL_BYTES = max(L2_BYTES, jit.cache_bytes(3, 16 << 20) // 4)
 PARALLEL_MIN_FMAS = 1 << 21  # ≈ 10 µs of tile work per thread before a fork/join pays off
+COL_SPLIT_PANELS = 4  # column panels per thread (of the host's cores) for a balanced column split
 # B is read in place, not packed, when at most this many rows re-read each block of it and its rows
 # are shorter than this many bytes: packing a panel stalls on B's cache misses right before its tiles,
 # while tiles reading in place overlap them with their FMAs (docs/lowering-blas.md, "Packing B")
@@ -227,8 +229,11 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
     mc = row_block(m, kc_max * size, rows)
     movable = all(isinstance(x, MovableRef) for x in (a, b, c))
     # threads split the longer side: row blocks when there are more row tiles than column panels (each
-    # row block's A is packed once, only B's cheap row copies repeat per block), else column panels
-    by_rows = movable and epilogue is None and m // rows >= panels
+    # row block's A is packed once, only B's cheap row copies repeat per block), else column panels —
+    # and columns too when all of A is one row block and each thread gets COL_SPLIT_PANELS panels: then
+    # each thread packs only its own panels of B, hot in L1, while A's block stays in its L2
+    one_block = mc == m and panels >= COL_SPLIT_PANELS * MAX_THREADS
+    by_rows = movable and epilogue is None and m // rows >= panels and not one_block
     if by_rows:
         mc = min(mc, max(ROW_SPLIT_MIN_TILES * rows, -(-m // ROW_SPLIT_BLOCKS // rows) * rows))
     items, per_item = (-(-m // mc), mc * n * k) if by_rows else (panels, m * k * panel)

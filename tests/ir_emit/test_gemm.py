@@ -135,8 +135,8 @@ def k_block_cases(lay: Suite) -> list[tuple[str, object]]:
         ("kblock dgemm 9x700x17", T.Dgemm(a=lay.put(lay.normal(9, 700, dtype=np.float64)),
                                           b=lay.put(lay.normal(700, 17, dtype=np.float64)), c=lay.slot(9 * 17 * 8),
                                           m=9, k=700, n=17)),
-        ("packed sgemm 520x600x1024", T.Sgemm(a=lay.put(lay.normal(520, 600)), b=lay.put(lay.normal(600, 1024)),
-                                              c=lay.slot(520 * 1024 * 4), m=520, k=600, n=1024)),
+        ("packed sgemm 520x600x1100", T.Sgemm(a=lay.put(lay.normal(520, 600)), b=lay.put(lay.normal(600, 1100)),
+                                              c=lay.slot(520 * 1100 * 4), m=520, k=600, n=1100)),
         ("packed fused 512x1030x1024", T.FusedMmBiasAct(
             a=lay.put(lay.normal(512, 1030)), w=lay.put(lay.normal(1030, 1024) * 0.03), bias=lay.put(lay.normal(1024)),
             c=lay.slot(512 * 1024 * 4), m=512, k=1030, n=1024, act=Activation.Gelu)),
@@ -273,9 +273,9 @@ def test_large_ir_gemms_fork_rlx_threads(built: Outcome, mode: str) -> None:
 
 
 def test_wide_gemms_read_packed_micro_panels(built: Outcome, mode: str) -> None:
-    """Once enough column panels reuse it (16 panels of 4 AVX-512 vectors here), A is packed into
+    """Once enough column panels reuse it (18 panels of 4 AVX-512 vectors here, 9 per thread when two split them), A is packed into
     register-tile micro-panels and the tiles read both operands packed (constant strides)."""
-    ir_text = built.thunk_ir("packed sgemm 520x600x1024")
+    ir_text = built.thunk_ir("packed sgemm 520x600x1100")
     assert ("rlx.pack_a.f32" in ir_text and ".packed" in ir_text) == (mode == "auto")
 
 
