@@ -21,6 +21,7 @@ JIT code (semantics.md §3.2, §3.7, §3.8; docs/lowering-blas.md).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -211,7 +212,8 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
     sliver block is left), and within those, column panels of `NR = NV·W` columns (the last one
     narrower, its last vector masked).  The row block of A is packed once into `MR`-row micro-panels
     (`pack_a`: each tile's broadcasts read one contiguous stream) when enough panels reuse it; each
-    panel's block of B is packed contiguous (`pack_b`) by the first row block and every row tile of
+    panel's block of B is packed contiguous by the first row tile of the first row block (which reads
+    B in place and writes the packed micro-panel as it goes) and every row tile of
     every row block runs over it.  Row blocks (when there are more row tiles than panels and no
     epilogue) or column panels (each thread packing its own A) are split across rlx_llvm's threads
     (`ctx.parallel_for`) when each thread gets enough work and every operand is an `ArenaRef` or
@@ -271,16 +273,14 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
                             pack_a(sub, ty, ops[0], a_pack, (m, k), (row0, mrows), (k0, kc), ta, rows)
 
                         def tiles(j: ir.Value, width: int) -> None:
-                            b_micro = None
+                            b_micro, fill = None, None
                             if reuse_b:  # packed by the sweep's first row block
                                 b_micro = _micro_panel(sub, b_pack, j, jc, kc * panel * size)
-                                with sub.b.if_then(sub.b.icmp_unsigned("==", t, r_start)):
-                                    pack_b(sub, ty, w, ops[1], b_micro, n, panel, j, width, (k0, kc))
-                            elif b_pack is not None:  # one buffer, packed right before the panel's tiles
-                                b_micro = b_pack
-                                pack_b(sub, ty, w, ops[1], b_micro, n, panel, j, width, (k0, kc))
+                                fill = sub.b.icmp_unsigned("==", t, r_start)
+                            elif b_pack is not None:  # one buffer, packed by the panel's first tile
+                                b_micro, fill = b_pack, ir.Constant(ir.IntType(1), 1)
                             _block(sub, ty, w, (m, n, k), panel, width, ops, j, (row0, mrows), (k0, kc), ta,
-                                   alpha, block_beta, b_micro, a_pack)
+                                   alpha, block_beta, b_micro, a_pack, fill)
                             if fused and last:
                                 epilogue(sub, sub.b.mul(j, I64(panel)), width)
 
@@ -323,19 +323,6 @@ def _each(ctx: EmitContext, start: ir.Value, stop: ir.Value, total: int, step: i
 def _micro_panel(ctx: EmitContext, b_pack: ir.Value, j: ir.Value, jc: ir.Value, nbytes: int) -> ir.Value:
     """Pointer to column panel `j`'s packed micro-panel in the k-panel of panels from `jc`."""
     return ctx.addr(0, ctx.b.sub(j, jc), nbytes, base=b_pack)
-
-
-def pack_b(ctx: EmitContext, ty: ir.Type, w: int, bm: ir.Value, dst: ir.Value, n: int, panel: int, j: ir.Value,
-           width: int, k_span: tuple[ir.Value, int]) -> None:
-    """Copy the k-block rows of column panel `j` (`width` columns) of B to `dst` as `[kc][NV·W]`:
-    every row tile then reads one dense block (no TLB or cache-set cost from B's row stride)."""
-    b = ctx.b
-    (k0, kc), size = k_span, 4 if ty == F32 else 8
-    stride = -(-width // w) * w
-    col = b.mul(j, I64(panel))
-    with ctx.for_range(0, kc, name="bpack") as r:
-        src = ctx.addr(0, b.add(b.mul(b.add(r, k0), I64(n)), col), size, base=bm)
-        copy_bytes(ctx, ctx.addr(0, b.mul(r, I64(stride)), size, base=dst), src, width * size)
 
 
 def pack_a(ctx: EmitContext, ty: ir.Type, a: ir.Value, dst: ir.Value, dims: tuple[int, int],
@@ -388,11 +375,14 @@ def _define_packer(ctx: EmitContext, fn: ir.Function, declare, ty: ir.Type, rows
 
 def _block(ctx: EmitContext, ty: ir.Type, w: int, dims: tuple[int, int, int], panel: int, width: int,
            ops: list[ir.Value], j: ir.Value, row_span: tuple[ir.Value, int], k_span: tuple[int, int], ta: bool,
-           alpha: float, beta: float, pack: ir.Value | None, a_pack: ir.Value | None) -> None:
+           alpha: float, beta: float, pack: ir.Value | None, a_pack: ir.Value | None,
+           fill: ir.Value | None = None) -> None:
     """Rows `row_span` (first row, count) × column panel `j` (`width` columns from `j·panel`) ×
     `k_span` (first k, length): every row tile of it.  B is read from `pack` (the panel's packed
-    `[kc][NV·W]` micro-panel, `pack_b`) when given, else in place; A from its packed micro-panels
-    (`pack_a`) when `a_pack` is given, else in place."""
+    `[kc][NV·W]` micro-panel) when given, else in place; when `fill` (an i1) holds, the first row
+    tile reads B in place and writes that micro-panel as it goes (B's cache misses overlap its FMAs
+    instead of stalling a copy before the tiles).  A from its packed micro-panels (`pack_a`) when
+    `a_pack` is given, else in place."""
     b = ctx.b
     m, n, k = dims
     (row0, mrows), (k0, kc) = row_span, k_span
@@ -403,23 +393,36 @@ def _block(ctx: EmitContext, ty: ir.Type, w: int, dims: tuple[int, int, int], pa
     a, bm, c = ops
     col = b.mul(j, I64(panel))
     a_row, a_col = (1, m) if ta else (k, 1)  # element strides of op(A) along rows and along k
-    if pack is not None:
-        b_at, ldb = pack, nv * w
-    else:
-        b_at, ldb = ctx.addr(0, b.add(col, b.mul(k0, I64(n))), size, base=bm), n
-    for i0, rows, count in _runs(mrows, mr):
-        fn = TileShape(ty, w, rows, nv, beta != 0.0, ragged=width % w != 0, packed=a_pack is not None).function(ctx)
-        with _maybe_loop(ctx, count, "rtile") as tr:
-            first = b.add(I64(i0), b.mul(tr, I64(rows)))
+    in_place = ctx.addr(0, b.add(col, b.mul(k0, I64(n))), size, base=bm)
+    b_at, ldb = (in_place, n) if pack is None else (pack, nv * w)
+    for run, (i0, rows, count) in enumerate(_runs(mrows, mr)):
+        shape = TileShape(ty, w, rows, nv, beta != 0.0, ragged=width % w != 0, packed=a_pack is not None,
+                          b_packed=pack is not None)
+
+        def call(tile: "TileShape", first: ir.Value, b_args: list[ir.Value], extra: list[ir.Value]) -> None:
             r0 = b.add(row0, first)
             if a_pack is not None:
                 a_at, strides = ctx.addr(0, b.mul(first, I64(kc)), size, base=a_pack), (1, rows)
             else:
                 a_at = ctx.addr(0, b.add(b.mul(r0, I64(a_row)), b.mul(k0, I64(a_col))), size, base=a)
                 strides = (a_row, a_col)
-            b.call(fn, [a_at, b_at, ctx.addr(0, b.add(b.mul(r0, I64(n)), col), size, base=c),
-                        I64(strides[0]), I64(strides[1]), I64(ldb), I64(n), I64(kc), I64(width - (nv - 1) * w),
-                        ir.Constant(ty, alpha), ir.Constant(ty, beta)])
+            b.call(tile.function(ctx), [a_at, b_args[0], ctx.addr(0, b.add(b.mul(r0, I64(n)), col), size, base=c),
+                                        I64(strides[0]), I64(strides[1]), I64(b_args[1]), I64(n), I64(kc),
+                                        I64(width - (nv - 1) * w), ir.Constant(ty, alpha), ir.Constant(ty, beta)]
+                   + extra)
+
+        skip = 0
+        if run == 0 and fill is not None:  # the block's first tile: fills the pack, or reads it
+            filler = dataclasses.replace(shape, b_packed=False, fills_b=True)
+            with b.if_else(fill) as (then, otherwise):
+                with then:
+                    call(filler, I64(i0), [in_place, n], [pack])
+                with otherwise:
+                    call(shape, I64(i0), [b_at, ldb], [])
+            skip = 1
+        if count > skip:
+            with _maybe_loop(ctx, count - skip, "rtile") as tr:
+                call(shape, b.add(I64(i0), b.mul(b.add(tr, I64(skip)), I64(rows))), [b_at, ldb], [])
 
 
 def k_blocks(k: int, row_bytes: int, a_bytes: int) -> list[tuple[int, int, int]]:
@@ -482,21 +485,26 @@ class TileShape:
     vectors: int
     accumulate: bool
     ragged: bool = True  # the last vector may be partly outside C (masked loads and stores)
-    packed: bool = False  # A and B are packed micro-panels (constant strides)
+    packed: bool = False  # A is a packed micro-panel (constant strides)
+    b_packed: bool | None = None  # B is a packed micro-panel (None: as `packed`)
+    fills_b: bool = False  # B is read in place and written to the extra `b_out` argument, packed
 
     @property
     def name(self) -> str:
         """The function's symbol, e.g. `rlx.tile.f32.r6.v4`."""
+        b_packed = self.packed if self.b_packed is None else self.b_packed
+        packing = {(True, True): ".packed", (True, False): ".packed.a", (False, True): ".packed.b", (False, False): ""}
         return (f"rlx.tile.{'f32' if self.ty == F32 else 'f64'}.r{self.rows}.v{self.vectors}"
                 + (".acc" if self.accumulate else "") + ("" if self.ragged else ".whole")
-                + (".packed" if self.packed else ""))
+                + packing[self.packed, b_packed] + (".fillb" if self.fills_b else ""))
 
     def function(self, ctx: EmitContext) -> ir.Function:
         """The tile function in `ctx`'s module, defined on first use."""
         existing = ctx.module.globals.get(self.name)
         if existing is not None:
             return existing
-        fnty = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, I64, I64, I64, I64, I64, self.ty, self.ty])
+        fnty = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, I64, I64, I64, I64, I64, self.ty, self.ty]
+                               + ([PTR] if self.fills_b else []))
         return define_once(ctx.module, (self, ctx.lanes), fnty, self.name, ctx.declare,
                            lambda fn, declare: self._define(ctx, fn, declare))
 
@@ -504,17 +512,19 @@ class TileShape:
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
         fn.attributes.add("noinline")
-        for arg in fn.args[:3]:
+        for arg in fn.args[:3] + fn.args[11:]:
             arg.add_attribute("noalias")
         body = EmitContext(ctx.module, fn, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, declare,
                            arena=fn.args[0], scratch=fn.args[0])
         self._body(body, *fn.args)
         body.b.ret_void()
 
-    def _body(self, ctx: EmitContext, a, b, c, a_row, a_col, ldb, ldc, k, tail, alpha, beta) -> None:
+    def _body(self, ctx: EmitContext, a, b, c, a_row, a_col, ldb, ldc, k, tail, alpha, beta, b_out=None) -> None:
         bld, w, nv = ctx.b, self.w, self.vectors
         if self.packed:
-            a_row, a_col, ldb = I64(1), I64(self.rows), I64(nv * w)
+            a_row, a_col = I64(1), I64(self.rows)
+        if (self.packed if self.b_packed is None else self.b_packed):
+            ldb = I64(nv * w)
         vty = ir.VectorType(self.ty, w)
         last = bld.icmp_signed("<", lane_ids(w), splat(bld, tail, w))  # lanes of the last vector inside C
         masks = [None] * (nv - 1) + [last if self.ragged else None]
@@ -527,6 +537,9 @@ class TileShape:
         with ctx.for_range(0, k, name="p") as p:
             b_row = bld.mul(p, ldb)
             bvec = [load_lanes(ctx, 0, self.ty, bld.add(b_row, I64(v * w)), w, masks[v], base=b) for v in range(nv)]
+            if b_out is not None:  # the packed micro-panel row (masked lanes stored as the zeros loaded)
+                for v in range(nv):
+                    ctx.store(0, bvec[v], bld.add(bld.mul(p, I64(nv * w)), I64(v * w)), base=b_out)
             a_at = bld.mul(p, a_col)
             for r in range(self.rows):
                 x = splat(bld, ctx.load(0, self.ty, bld.add(a_at, bld.mul(I64(r), a_row)), base=a), w)

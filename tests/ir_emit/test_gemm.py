@@ -22,7 +22,7 @@ from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import HalfKind
 from rlx_llvm.errors import ExecutionError, ValidationError
-from rlx_llvm.ir_emit.gemm import GEMM_MODE_ENV, register_tile
+from rlx_llvm.ir_emit.gemm import GEMM_MODE_ENV, register_tile, row_block
 from rlx_llvm.kernels.blas import Status
 from rlx_llvm.ops import Activation
 from tests.harness import NAN_FILL as SENTINEL  # every output byte starts as a NaN
@@ -52,6 +52,9 @@ def how_to_compare(t) -> dict:
 
 
 # ── the big schedule ─────────────────────────────────────────────────────────
+
+REUSED_M = row_block(1 << 20, 160 * 4, 6) + 62  # rows: two row blocks at k = 160 on this host
+
 
 def gemm_cases(lay: Suite) -> list[tuple[str, object]]:
     cases = []
@@ -158,6 +161,10 @@ def k_block_cases(lay: Suite) -> list[tuple[str, object]]:
                                              c=lay.slot(100 * 3072 * 4), m=100, k=40, n=3072)),
         ("packed sgemm 257x40x200", T.Sgemm(a=lay.put(lay.normal(257, 40)), b=lay.put(lay.normal(40, 200)),
                                             c=lay.slot(257 * 200 * 4), m=257, k=40, n=200)),
+        # more rows than one L2-sized row block: the first row block's tiles fill the packed B k-panel
+        # that the later row blocks read (a ragged last panel)
+        ("packed sgemm reused B", T.Sgemm(a=lay.put(lay.normal(REUSED_M, 160)), b=lay.put(lay.normal(160, 200)),
+                                          c=lay.slot(REUSED_M * 200 * 4), m=REUSED_M, k=160, n=200)),
     ]
 
 
@@ -280,11 +287,11 @@ def test_wide_gemms_read_packed_micro_panels(built: Outcome, mode: str) -> None:
 
 
 def test_b_is_read_in_place_by_few_rows_of_short_b_rows(built: Outcome, mode: str) -> None:
-    """At most 256 rows with B rows under 12 KiB read B where it is (no `bpack` copy loop); more rows
-    or longer rows of B pack it."""
+    """At most 256 rows with B rows under 12 KiB read B where it is; more rows or longer rows of B
+    pack it (the first row tile of a panel, a `.fillb` tile, writes the packed micro-panel)."""
     if mode != "auto":
         pytest.skip("BLAS mode: no IR tiles")
-    packs = {name: "bpack" in built.thunk_ir(name) for name in
+    packs = {name: ".fillb" in built.thunk_ir(name) for name in
              ("in-place sgemm 256x40x3071", "packed sgemm 100x40x3072", "packed sgemm 257x40x200")}
     assert packs == {"in-place sgemm 256x40x3071": False, "packed sgemm 100x40x3072": True,
                      "packed sgemm 257x40x200": True}
