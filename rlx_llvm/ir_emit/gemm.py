@@ -226,7 +226,10 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
     rows, vectors = register_tile(ctx.lanes)
     panel = min(vectors, -(-n // w)) * w
     panels = -(-n // panel)
-    kblocks = k_blocks(k, panel * size, rows * size)
+    in_place_b = m > rows and b_in_place(m, n * size)
+    # B read in place streams from L2 into every row tile anyway: its k-blocks need not fit L1, and
+    # longer ones save passes over C (measured 3–8 % on 64–256-row GEMMs at k = 768–3072)
+    kblocks = k_blocks(k, 0 if in_place_b else panel * size, rows * size)
     kc_max = kblocks[0][1]
     mc = row_block(m, kc_max * size, rows)
     movable = all(isinstance(x, MovableRef) for x in (a, b, c))
@@ -241,7 +244,7 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
     items, per_item = (-(-m // mc), mc * n * k) if by_rows else (panels, m * k * panel)
     min_items = max(1, -(-PARALLEL_MIN_FMAS // per_item))
     threaded = movable and items >= 2 * min_items
-    packs = m > rows and not b_in_place(m, n * size)  # several row tiles re-read each block of B: copy it once
+    packs = m > rows and not in_place_b  # several row tiles re-read each block of B: copy it once
     fused = epilogue is not None and mc == m
     packs_a = packs and panels > PACK_A_MIN_PANELS * (2 if threaded and not by_rows else 1)
     # column panels per packed B k-panel, reused by every row block of the sweep; with one row block,
@@ -427,10 +430,10 @@ def _block(ctx: EmitContext, ty: ir.Type, w: int, dims: tuple[int, int, int], pa
 
 def k_blocks(k: int, row_bytes: int, a_bytes: int) -> list[tuple[int, int, int]]:
     """(first k, length, count) runs of near-equal k-blocks: each block's B micro-panel (`row_bytes`
-    per k) and two A micro-panels (`a_bytes` per k: the tile's and the next) fit L1, at most `K_BLOCK`
-    long.  The first block (β) and the last (the fused epilogue follows it) are runs of their own;
+    per k; 0: B is not kept in L1) and two A micro-panels (`a_bytes` per k: the tile's and the next)
+    fit L1, at most `K_BLOCK` long.  The first block (β) and the last (the fused epilogue follows it) are runs of their own;
     the blocks between are one run-time loop, so the code does not grow with k."""
-    limit = max(K_BLOCK_MIN, min(K_BLOCK, L1_BYTES // (row_bytes + 2 * a_bytes)))
+    limit = max(K_BLOCK_MIN, min(K_BLOCK, L1_BYTES // (row_bytes + 2 * a_bytes) if row_bytes else K_BLOCK))
     size = -(-k // -(-k // limit))
     blocks = -(-k // size)
     last = k - (blocks - 1) * size
