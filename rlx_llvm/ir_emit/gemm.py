@@ -182,6 +182,9 @@ ROW_SPLIT_MIN_TILES = 8  # ... of at least this many row tiles (each block packs
 B_PANEL_BYTES = max(L2_BYTES, jit.cache_bytes(3, 16 << 20) // 4)
 PARALLEL_MIN_FMAS = 1 << 21  # ≈ 10 µs of tile work per thread before a fork/join pays off
 COL_SPLIT_PANELS = 4  # column panels per thread (of the host's cores) for a balanced column split
+# all of A as one row block (B packed once per panel, hot in L1; the epilogue fused per panel; threads
+# split columns) is worth a fuller L2 than the half a block of a larger A gets
+ONE_BLOCK_L2_SHARE = 0.7
 # B is read in place, not packed, when at most this many rows re-read each block of it and its rows
 # are shorter than this many bytes: packing a panel stalls on B's cache misses right before its tiles,
 # while tiles reading in place overlap them with their FMAs (docs/lowering-blas.md, "Packing B")
@@ -443,8 +446,10 @@ def k_blocks(k: int, row_bytes: int, a_bytes: int) -> list[tuple[int, int, int]]
 
 def row_block(m: int, a_row_bytes: int, tile_rows: int) -> int:
     """Rows of A per block: whole register tiles keeping the block (`a_row_bytes` per row) within
-    half of L2, where it stays while every panel of B passes over it; all of `m` if it fits, else
-    near-equal blocks (no sliver block at the end)."""
+    half of L2, where it stays while every panel of B passes over it; all of `m` if it fits within
+    `ONE_BLOCK_L2_SHARE` of L2, else near-equal blocks (no sliver block at the end)."""
+    if m * a_row_bytes <= L2_BYTES * ONE_BLOCK_L2_SHARE:
+        return m
     limit = max(tile_rows, L2_BYTES // 2 // a_row_bytes // tile_rows * tile_rows)
     per_block = -(-m // -(-m // limit))  # near-equal rows per block, for as few blocks as fit
     return min(m, -(-per_block // tile_rows) * tile_rows)

@@ -22,7 +22,7 @@ from rlx_llvm import reference as ref
 from rlx_llvm import thunks as T
 from rlx_llvm.dtypes import HalfKind
 from rlx_llvm.errors import ExecutionError, ValidationError
-from rlx_llvm.ir_emit.gemm import GEMM_MODE_ENV, register_tile, row_block
+from rlx_llvm.ir_emit.gemm import GEMM_MODE_ENV, L2_BYTES, ONE_BLOCK_L2_SHARE, register_tile, row_block
 from rlx_llvm.kernels.blas import Status
 from rlx_llvm.ops import Activation
 from tests.harness import NAN_FILL as SENTINEL  # every output byte starts as a NaN
@@ -53,7 +53,7 @@ def how_to_compare(t) -> dict:
 
 # ── the big schedule ─────────────────────────────────────────────────────────
 
-REUSED_M = row_block(1 << 20, 160 * 4, 6) + 62  # rows: two row blocks at k = 160 on this host
+REUSED_M = int(L2_BYTES * ONE_BLOCK_L2_SHARE) // (160 * 4) + 62  # rows: two row blocks at k = 160 on this host
 
 
 def gemm_cases(lay: Suite) -> list[tuple[str, object]]:
@@ -284,6 +284,10 @@ def test_wide_gemms_read_packed_micro_panels(built: Outcome, mode: str) -> None:
     register-tile micro-panels and the tiles read both operands packed (constant strides)."""
     ir_text = built.thunk_ir("packed sgemm 520x600x1100")
     assert ("rlx.pack_a.f32" in ir_text and ".packed" in ir_text) == (mode == "auto")
+
+
+def test_the_reused_b_case_has_several_row_blocks() -> None:
+    assert row_block(REUSED_M, 160 * 4, 6) < REUSED_M
 
 
 def test_b_is_read_in_place_by_few_rows_of_short_b_rows(built: Outcome, mode: str) -> None:
