@@ -483,8 +483,10 @@ class TileShape:
     of the last vector inside C (a run-time mask, so ragged edges share the function; `ragged =
     False` tiles ignore it and load and store whole vectors).
     `accumulate` tiles compute `α·AB + β·C`; the others `α·AB` and never read C (it may hold NaN).
-    `packed` tiles read A as `[k][rows]` and B as `[k][vectors·W]` (packed micro-panels: constant
-    strides, the `a_row`, `a_col` and `ldb` arguments are ignored).
+    `packed` tiles read A as `[k][rows]`, `b_packed` tiles B as `[k][vectors·W]` (packed micro-panels:
+    constant strides, the `a_row`, `a_col` / `ldb` arguments are ignored).  `fills_b` tiles read B in
+    place and store each row they load to a trailing `b_out` argument as `[k][vectors·W]`: the first
+    row tile of a panel packs B for the others while its FMAs hide B's cache misses.
     """
 
     ty: ir.Type
@@ -494,17 +496,16 @@ class TileShape:
     accumulate: bool
     ragged: bool = True  # the last vector may be partly outside C (masked loads and stores)
     packed: bool = False  # A is a packed micro-panel (constant strides)
-    b_packed: bool | None = None  # B is a packed micro-panel (None: as `packed`)
+    b_packed: bool = False  # B is a packed micro-panel (constant stride)
     fills_b: bool = False  # B is read in place and written to the extra `b_out` argument, packed
 
     @property
     def name(self) -> str:
         """The function's symbol, e.g. `rlx.tile.f32.r6.v4`."""
-        b_packed = self.packed if self.b_packed is None else self.b_packed
         packing = {(True, True): ".packed", (True, False): ".packed.a", (False, True): ".packed.b", (False, False): ""}
         return (f"rlx.tile.{'f32' if self.ty == F32 else 'f64'}.r{self.rows}.v{self.vectors}"
                 + (".acc" if self.accumulate else "") + ("" if self.ragged else ".whole")
-                + packing[self.packed, b_packed] + (".fillb" if self.fills_b else ""))
+                + packing[self.packed, self.b_packed] + (".fillb" if self.fills_b else ""))
 
     def function(self, ctx: EmitContext) -> ir.Function:
         """The tile function in `ctx`'s module, defined on first use."""
@@ -531,7 +532,7 @@ class TileShape:
         bld, w, nv = ctx.b, self.w, self.vectors
         if self.packed:
             a_row, a_col = I64(1), I64(self.rows)
-        if (self.packed if self.b_packed is None else self.b_packed):
+        if self.b_packed:
             ldb = I64(nv * w)
         vty = ir.VectorType(self.ty, w)
         last = bld.icmp_signed("<", lane_ids(w), splat(bld, tail, w))  # lanes of the last vector inside C
