@@ -260,7 +260,9 @@ def test_stats_count_regions_and_chunks() -> None:
         s1 = pool.stats()
     if pool.MAX_THREADS > 1:
         regions, chunks = s1["regions"] - s0["regions"], s1["chunks"] - s0["chunks"]
-        assert regions >= 5 and chunks >= 2 * regions
+        # on a busy machine (CI's other test worker) the pool may back off: those regions run as one thread
+        told_one = s1["backed_off"] - s0["backed_off"]
+        assert regions + told_one >= 5 * 4 and chunks >= 2 * regions
         assert 0 <= s1["caller_chunks"] - s0["caller_chunks"] <= chunks
         assert s1["arrivals"] - s0["arrivals"] <= regions
 
