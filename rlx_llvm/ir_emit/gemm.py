@@ -188,8 +188,9 @@ ONE_BLOCK_L2_SHARE = 0.7
 # B is read in place, not packed, when at most this many rows re-read each block of it and its rows
 # are shorter than this many bytes: packing a panel stalls on B's cache misses right before its tiles,
 # while tiles reading in place overlap them with their FMAs (docs/lowering-blas.md, "Packing B")
+# (both measured on one Zen 5 only; the row bound counts the host's pages: 12 KiB with 4 KiB pages)
 B_IN_PLACE_MAX_ROWS = 256
-B_IN_PLACE_MAX_ROW_BYTES = 3 * 4096
+B_IN_PLACE_MAX_ROW_BYTES = 3 * os.sysconf("SC_PAGE_SIZE")
 
 
 def b_in_place(m: int, b_row_bytes: int) -> bool:
@@ -284,7 +285,7 @@ def tile_gemm(ctx: EmitContext, prec: str, m: int, n: int, k: int, a: "Operand",
                                 b_micro = _micro_panel(sub, b_pack, j, jc, kc * panel * size)
                                 fill = sub.b.icmp_unsigned("==", t, r_start)
                             elif b_pack is not None:  # one buffer, packed by the panel's first tile
-                                b_micro, fill = b_pack, ir.Constant(ir.IntType(1), 1)
+                                b_micro, fill = b_pack, True
                             _block(sub, ty, w, (m, n, k), panel, width, ops, j, (row0, mrows), (k0, kc), ta,
                                    alpha, block_beta, b_micro, a_pack, fill)
                             if fused and last:
@@ -382,10 +383,10 @@ def _define_packer(ctx: EmitContext, fn: ir.Function, declare, ty: ir.Type, rows
 def _block(ctx: EmitContext, ty: ir.Type, w: int, dims: tuple[int, int, int], panel: int, width: int,
            ops: list[ir.Value], j: ir.Value, row_span: tuple[ir.Value, int], k_span: tuple[int, int], ta: bool,
            alpha: float, beta: float, pack: ir.Value | None, a_pack: ir.Value | None,
-           fill: ir.Value | None = None) -> None:
+           fill: "ir.Value | bool | None" = None) -> None:
     """Rows `row_span` (first row, count) × column panel `j` (`width` columns from `j·panel`) ×
     `k_span` (first k, length): every row tile of it.  B is read from `pack` (the panel's packed
-    `[kc][NV·W]` micro-panel) when given, else in place; when `fill` (an i1) holds, the first row
+    `[kc][NV·W]` micro-panel) when given, else in place; when `fill` (True, or an i1) holds, the first row
     tile reads B in place and writes that micro-panel as it goes (B's cache misses overlap its FMAs
     instead of stalling a copy before the tiles).  A from its packed micro-panels (`pack_a`) when
     `a_pack` is given, else in place."""
@@ -420,11 +421,14 @@ def _block(ctx: EmitContext, ty: ir.Type, w: int, dims: tuple[int, int, int], pa
         skip = 0
         if run == 0 and fill is not None:  # the block's first tile: fills the pack, or reads it
             filler = dataclasses.replace(shape, b_packed=False, fills_b=True)
-            with b.if_else(fill) as (then, otherwise):
-                with then:
-                    call(filler, I64(i0), [in_place, n], [pack])
-                with otherwise:
-                    call(shape, I64(i0), [b_at, ldb], [])
+            if fill is True:
+                call(filler, I64(i0), [in_place, n], [pack])
+            else:
+                with b.if_else(fill) as (then, otherwise):
+                    with then:
+                        call(filler, I64(i0), [in_place, n], [pack])
+                    with otherwise:
+                        call(shape, I64(i0), [b_at, ldb], [])
             skip = 1
         if count > skip:
             with _maybe_loop(ctx, count - skip, "rtile") as tr:
@@ -434,8 +438,8 @@ def _block(ctx: EmitContext, ty: ir.Type, w: int, dims: tuple[int, int, int], pa
 def k_blocks(k: int, row_bytes: int, a_bytes: int) -> list[tuple[int, int, int]]:
     """(first k, length, count) runs of near-equal k-blocks: each block's B micro-panel (`row_bytes`
     per k; 0: B is not kept in L1) and two A micro-panels (`a_bytes` per k: the tile's and the next)
-    fit L1, at most `K_BLOCK` long.  The first block (β) and the last (the fused epilogue follows it) are runs of their own;
-    the blocks between are one run-time loop, so the code does not grow with k."""
+    fit L1, at most `K_BLOCK` long.  The first block (β) and the last (the fused epilogue follows it)
+    are runs of their own; the blocks between are one run-time loop, so the code does not grow with k."""
     limit = max(K_BLOCK_MIN, min(K_BLOCK, L1_BYTES // (row_bytes + 2 * a_bytes) if row_bytes else K_BLOCK))
     size = -(-k // -(-k // limit))
     blocks = -(-k // size)
