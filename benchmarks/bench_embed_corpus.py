@@ -8,8 +8,10 @@ ratio of rlx_llvm's throughput to each other runtime's at the same thread count 
 against one single-threaded rlx_llvm process (issue 17's bars: ≥ 1.7× for 2 × 1 workers, ≥ 2× PyTorch,
 ≥ 1.1× ONNX Runtime).  Each cluster runs in a phase of its own (started, warmed, timed in rounds against
 one 1-thread rlx process, shut down), as a user runs one of them: both clusters up at once put each one's
-idle daemons beside the other's runs.  Ray's figure includes starting its two actors (Ray Data starts an
-actor pool per run) and bringing the vectors back as NumPy batches.
+idle daemons beside the other's runs.  Two Ray rows: `models.ray.embed` as it runs by default (Ray Data
+tasks on Ray's pooled worker processes, which keep the encoder they loaded in the warm-up run, as Dask's
+workers do), and with `actors=True` (each run starts a pool of two `EncoderUDF` actors: their start is
+in the figure); both bring the vectors back as NumPy batches.
 Every runtime's vectors are checked against rlx_llvm's (min cosine printed).
 
 sentence-transformers and transformers are not dependencies: install them without touching torch/numpy
@@ -152,7 +154,7 @@ def dask_cluster(texts: list[str], workers: int):
 
     def run():
         return rlx_dask.embed(frame, column="text").compute()
-    return run, lambda: (client.close(), cluster.close())
+    return {f"dask {workers}×1t": run}, lambda: (client.close(), cluster.close())
 
 
 def ray_cluster(texts: list[str], workers: int):
@@ -162,13 +164,14 @@ def ray_cluster(texts: list[str], workers: int):
     ray.data.DataContext.get_current().enable_progress_bars = False
     ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)], override_num_blocks=workers)
 
-    def run():   # the vectors come back as a few NumPy batches (not row by row: take_all costs seconds of driver CPU)
-        out = embed(ds, column="text", concurrency=workers, threads_per_actor=1, batch_size=-(-len(texts) // workers))
+    def run(actors: bool):   # the vectors come back as a few NumPy batches (not row by row: take_all costs seconds of driver CPU)
+        out = embed(ds, column="text", concurrency=workers, threads_per_worker=1, batch_size=-(-len(texts) // workers),
+                    actors=actors)
         batches = list(out.iter_batches(batch_size=None, batch_format="numpy"))
         ids = np.concatenate([b["id"] for b in batches])
         vectors = np.concatenate([np.stack(b["embedding"]) for b in batches])
         return vectors[np.argsort(ids)]
-    return run, ray.shutdown
+    return {f"ray {workers}×1t": lambda: run(False), f"ray-actors {workers}×1t": lambda: run(True)}, ray.shutdown
 
 
 def ratio_label(name: str, rate: dict[str, list[float]], single: int) -> str:
@@ -177,7 +180,7 @@ def ratio_label(name: str, rate: dict[str, list[float]], single: int) -> str:
     if name.startswith("rlx"):
         return ""
     cluster = name.startswith(("dask", "ray"))
-    base = f"rlx {single}t beside {name.split()[0]}" if cluster else f"rlx {name.rsplit(' ', 1)[1]}"
+    base = f"rlx {single}t beside {name.split()[0].split('-')[0]}" if cluster else f"rlx {name.rsplit(' ', 1)[1]}"
     num, den = (rate[name], rate[base]) if cluster else (rate[base], rate[name])
     ratio = common.Timing([a / b for a, b in zip(num, den)]).median
     return f"{name.split()[0]} ÷ rlx {single}t = {ratio:.2f}×" if cluster else f"{base} ÷ it = {ratio:.2f}×"
@@ -226,10 +229,10 @@ def main() -> None:
     for name, start in (("dask", dask_cluster), ("ray", ray_cluster)):
         if name in skip:
             continue
-        cluster, close = start(texts, args.workers)
+        runs, close = start(texts, args.workers)
         try:
-            got_rate, got_cpu = timed_phase({f"rlx {threads[0]}t beside {name}": rlx(encoder, texts, threads[0]),
-                                             f"{name} {args.workers}×1t": cluster}, texts, want, args.rounds)
+            got_rate, got_cpu = timed_phase({f"rlx {threads[0]}t beside {name}": rlx(encoder, texts, threads[0]), **runs},
+                                            texts, want, args.rounds)
         finally:
             close()
         rate.update(got_rate)

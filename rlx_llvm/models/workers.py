@@ -15,6 +15,7 @@ from .sentence import SentenceEncoder
 
 _encoders: dict[str, SentenceEncoder] = {}
 _threads: int | None = None
+_loads = 0
 _lock = threading.Lock()
 
 
@@ -35,8 +36,15 @@ def worker_encoder(load_args: dict, threads: int | None) -> SentenceEncoder:
     with _lock:
         use_threads(threads)
         if key not in _encoders:
+            global _loads
             _encoders[key] = SentenceEncoder(**load_args)
+            _loads += 1
         return _encoders[key]
+
+
+def loads() -> int:
+    """How many encoders this process has loaded for `worker_encoder` (each `load_args` once)."""
+    return _loads
 
 
 def use_threads(threads: int | None) -> None:

@@ -1,6 +1,9 @@
-"""rlx_llvm.models.ray on a local 2-CPU Ray: EncoderUDF on two actors gives the single-process vectors,
-rows aligned with the input.  Skips without the `ray` extra."""
+"""rlx_llvm.models.ray on a local 2-CPU Ray: `embed` on two task workers and on two EncoderUDF actors gives
+the single-process vectors, rows aligned with the input; a task worker loads the encoder once across
+runs.  Skips without the `ray` extra."""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -8,6 +11,7 @@ import pytest
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
+from rlx_llvm.models import workers  # noqa: E402
 from rlx_llvm.models.ray import EncoderUDF, embed  # noqa: E402
 
 from .scaleout_texts import texts  # noqa: E402
@@ -32,11 +36,38 @@ def vectors_by_id(ds) -> np.ndarray:
     return np.stack([r["embedding"] for r in rows])
 
 
-def test_two_actors_give_the_single_process_vectors(local_ray, minilm):
+@pytest.mark.parametrize("actors", [False, True], ids=["tasks", "actors"])
+def test_two_workers_give_the_single_process_vectors(local_ray, minilm, actors):
     items = texts()
     ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(items)], override_num_blocks=4)
-    out = embed(ds, column="text", model=minilm, concurrency=2, threads_per_actor=1, batch_size=64)
+    out = embed(ds, column="text", model=minilm, concurrency=2, threads_per_worker=1, batch_size=64, actors=actors)
     np.testing.assert_allclose(vectors_by_id(out), minilm.embed(items), atol=2e-6)
+
+
+def with_loads(batch: dict) -> dict:
+    """The batch with this process's id and how many encoders it has loaded (`models.workers.loads`)."""
+    n = len(batch["id"])
+    return {**batch, "pid": np.full(n, os.getpid()), "loads": np.full(n, workers.loads())}
+
+
+def test_task_workers_keep_their_encoder_across_runs(local_ray, minilm):
+    items = texts(64)
+    ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(items)], override_num_blocks=4)
+    pids = []
+    for _ in range(2):   # fused with the embedding tasks: runs in the process that embedded the batch
+        batches = list(embed(ds, model=minilm, output_column="v", batch_size=16).map_batches(with_loads)
+                       .iter_batches(batch_size=None, batch_format="numpy"))
+        got = {k: np.concatenate([b[k] for b in batches]) for k in ("id", "v", "pid", "loads")}
+        np.testing.assert_allclose(got["v"][np.argsort(got["id"])], minilm.embed(items), atol=2e-6)
+        assert set(got["loads"]) == {1}, got["loads"]   # every process loaded the encoder once
+        pids.append(set(got["pid"]))
+    assert pids[0] & pids[1], pids   # the second run found a process of the first one, encoder loaded
+
+
+@pytest.mark.parametrize("bad", [{"threads_per_worker": 0}, {"threads_per_worker": True}, {"concurrency": 0}])
+def test_bad_worker_counts_are_refused(bad):
+    with pytest.raises(ValueError, match="must be a positive int"):
+        embed(ray.data.from_items([{"text": "a"}]), **bad)
 
 
 def test_udf_with_pandas_batches_and_its_own_output_column(local_ray, minilm):
