@@ -1,8 +1,8 @@
 """rlx_llvm's own threads: `EmitContext.parallel_for` on rlx_llvm's pool (`kernels.pool`, docs/runtime.md).
 
 The region's body is emitted once into an outlined function `void <thunk>.par<K>(ptr data, i64
-chunk, i64 slot)` that runs items `[chunk·items, min(n, (chunk+1)·items))` with the per-thread
-scratch of `slot`; the caller forks with `rlx_parallel(body, data, chunks, threads)`, which runs
+chunk, i64 slot)` that runs chunk `chunk` of the region's near-equal chunks of whole `grain`s of
+items with the per-thread scratch of `slot`; the caller forks with `rlx_parallel(body, data, chunks, threads)`, which runs
 the chunks on the pool (the caller works too, and joins only the chunks workers claimed).  With
 `RLX_LLVM_RUNTIME=gomp` the same bodies run under libgomp's `GOMP_parallel` instead (for A/B runs).
 """
@@ -21,8 +21,8 @@ from .toolkit import I32, I64, PTR, entry_alloca
 
 # The outlined body gets `[6 x ptr]`: arena, per-thread scratch base, a pointer to the i64
 # per-thread scratch stride (known only after the body is emitted), the caller's shared scratch
-# (where the thunk keeps its intermediates, `EmitContext.shared`), a pointer to the i64 items per
-# chunk (known at run time, from the thread count), and — under GOMP only — a pointer to the
+# (where the thunk keeps its intermediates, `EmitContext.shared`), a pointer to the i64 pair
+# `[units per chunk, chunks with one more]` (known at run time, from the thread count), and — under GOMP only — a pointer to the
 # `[next chunk, chunks]` pair its threads claim from.  Array GEPs keep llvmlite's pointer types
 # consistent where struct GEPs do not.
 #
@@ -62,7 +62,7 @@ def _num_threads_global(module: ir.Module) -> ir.GlobalVariable:
     return g
 
 
-def _outline(ctx: EmitContext, n: int, body) -> tuple[ir.Function, EmitContext]:
+def _outline(ctx: EmitContext, n: int, grain: int, body) -> tuple[ir.Function, EmitContext]:
     """The body as `void <thunk>.par<K>(ptr data, i64 chunk, i64 slot)`."""
     ctx._outlined += 1
     outlined = ir.Function(ctx.module, _BODY, name=f"{ctx.fn.name}.par{ctx._outlined}")
@@ -71,11 +71,16 @@ def _outline(ctx: EmitContext, n: int, body) -> tuple[ir.Function, EmitContext]:
     data, chunk, slot = outlined.args
     ob = ir.IRBuilder(outlined.append_basic_block("entry"))
     field = [ob.gep(data, [I64(8 * k)], source_etype=ir.IntType(8)) for k in range(5)]
-    arena, scratch0, stride_at, shared, items_at = (ob.load(f, typ=PTR) for f in field)
+    arena, scratch0, stride_at, shared, split_at = (ob.load(f, typ=PTR) for f in field)
     scratch = ob.gep(scratch0, [ob.mul(slot, ob.load(stride_at, typ=I64))], source_etype=ir.IntType(8))
-    items = ob.load(items_at, typ=I64)
-    start = ob.mul(chunk, items)
-    end = ob.add(start, items)
+    # the region's units (of `grain` items) in near-equal chunks, `[units // chunks, units % chunks]`
+    # at `split_at`: chunk c runs `each` units, one more when c < extra, from c·each + min(c, extra)
+    each = ob.load(split_at, typ=I64)
+    extra = ob.load(ob.gep(split_at, [I64(8)], source_etype=ir.IntType(8)), typ=I64)
+    longer = ob.icmp_signed("<", chunk, extra)
+    first = ob.add(ob.mul(chunk, each), ob.select(longer, chunk, extra))
+    start = ob.mul(first, I64(grain))
+    end = ob.mul(ob.add(first, ob.add(each, ob.zext(longer, I64))), I64(grain))
     stop = ob.select(ob.icmp_signed("<", end, I64(n)), end, I64(n))
     sub = EmitContext(ctx.module, outlined, ctx.index, ctx.thunk, ctx.schedule, ctx.lanes, ctx._declare,
                       arena=arena, scratch=scratch, builder=ob, shared=shared, fields=ctx.fields)
@@ -84,6 +89,13 @@ def _outline(ctx: EmitContext, n: int, body) -> tuple[ir.Function, EmitContext]:
         ob.fence("seq_cst")
     ob.ret_void()
     return outlined, sub
+
+
+def _store_split(b: ir.IRBuilder, split: ir.Value, units: ir.Value, chunks: ir.Value) -> None:
+    """`split = [units // chunks, units % chunks]`: what each chunk's body derives its range from."""
+    each = b.udiv(units, chunks)
+    b.store(each, b.gep(split, [I32(0), I32(0)], inbounds=True))
+    b.store(b.sub(units, b.mul(each, chunks)), b.gep(split, [I32(0), I32(1)], inbounds=True))
 
 
 def _gomp_wrapper(ctx: EmitContext, outlined: ir.Function) -> ir.Function:
@@ -116,7 +128,7 @@ def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int)
     if _OUTLINED.search(ctx.fn.name):  # already inside a region: this thread runs it all
         body(ctx, I64(0), I64(n))
         return
-    outlined, sub = _outline(ctx, n, body)
+    outlined, sub = _outline(ctx, n, grain, body)
     ctx.paths |= sub.paths
     units = (n + grain - 1) // grain
     # A body that calls BLAS runs on the calling thread alone: BLAS threads itself, and our threads
@@ -127,14 +139,14 @@ def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int)
 
     b = ctx.b
     args = entry_alloca(ctx, _ARGS, "par.args")
-    stride_slot, items_slot = entry_alloca(ctx, I64, "par.stride"), entry_alloca(ctx, I64, "par.items")
+    stride_slot, split = entry_alloca(ctx, I64, "par.stride"), entry_alloca(ctx, ir.ArrayType(I64, 2), "par.split")
     pair = entry_alloca(ctx, ir.ArrayType(I64, 2), "par.next")
     b.store(I64(stride_bytes), stride_slot)
     for k, value in enumerate((ctx.arena, b.gep(ctx.scratch, [I64(base)], source_etype=ir.IntType(8)),
-                               stride_slot, ctx.shared, items_slot, pair)):
+                               stride_slot, ctx.shared, split, pair)):
         b.store(value, b.gep(args, [I32(0), I32(k)], inbounds=True))
     if max_useful == 1:
-        b.store(I64(n), items_slot)
+        _store_split(b, split, I64(units), I64(1))
         b.call(outlined, [args, I64(0), I64(0)])
         return
     want = b.sext(b.load(_num_threads_global(ctx.module), typ=I32), I64)
@@ -142,11 +154,13 @@ def emit_parallel_for(ctx: EmitContext, n: int, body, grain: int, min_work: int)
         now = ctx.declare(THREADS_SYMBOL, ir.FunctionType(I64, [I64]))
         want = b.call(now, [want])
     threads = b.select(b.icmp_signed("<", want, I64(max_useful)), want, I64(max_useful))
-    # chunk = ceil(units / (CHUNKS_PER_THREAD·threads)) · grain items (one chunk on one thread)
+    # as many chunks as ⌈units / (CHUNKS_PER_THREAD·threads)⌉-unit pieces make (one chunk on one thread),
+    # the units spread evenly over them: no chunk is cut smaller than it has to be (a GEMM chunk's
+    # column panels share the loads of A), and no short last chunk idles a thread at the join
     pieces = b.select(b.icmp_signed(">", threads, I64(1)), b.mul(threads, I64(CHUNKS_PER_THREAD)), I64(1))
-    items = b.mul(b.udiv(b.add(I64(units), b.sub(pieces, I64(1))), pieces), I64(grain))
-    chunks = b.udiv(b.add(I64(n), b.sub(items, I64(1))), items)
-    b.store(items, items_slot)
+    size = b.udiv(b.add(I64(units), b.sub(pieces, I64(1))), pieces)
+    chunks = b.udiv(b.add(I64(units), b.sub(size, I64(1))), size)
+    _store_split(b, split, I64(units), chunks)
     fork, inline, joined = (ctx.fn.append_basic_block(f"par.{name}") for name in ("fork", "inline", "joined"))
     b.cbranch(b.icmp_signed(">", threads, I64(1)), fork, inline)
     b.position_at_end(fork)

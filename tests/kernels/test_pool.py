@@ -186,6 +186,38 @@ def test_emitted_regions_cover_every_item_once(body, n: int, forks: int) -> None
         assert (arena == 1).all(), (threads, np.flatnonzero(arena != 1)[:8])
 
 
+def _record_range(sub: EmitContext, start: ir.Value, stop: ir.Value) -> None:
+    """Append (start, stop) to the i64 list at arena offset 8 (its length, an i64, at offset 0)."""
+    b = sub.b
+    at = b.atomic_rmw("add", sub.addr(0, I64(0), 8), I64(1), "monotonic")
+    slot = b.add(I64(1), b.mul(at, I64(2)))
+    b.store(start, sub.addr(0, slot, 8))
+    b.store(stop, sub.addr(0, b.add(slot, I64(1)), 8))
+
+
+@pytest.mark.parametrize("n, grain", [(1, 1), (7, 1), (8, 1), (36, 1), (100, 3), (65, 64), (1000, 16)])
+def test_chunks_are_near_equal_runs_of_whole_grains(n: int, grain: int) -> None:
+    """The chunks partition [0, n) in whole grains (the last clipped to n), as many as pieces of
+    ⌈units / (4·threads)⌉ units make, their unit counts differing by one at most: no short last chunk
+    idles a thread at the join."""
+    run, _ = _kernel(lambda ctx: ctx.parallel_for(n, _record_range, grain=grain, min_work=1))
+    units = -(-n // grain)
+    for threads in (1, 2):
+        arena = np.zeros(1 + 2 * 64, np.int64)
+        with num_threads(threads):
+            assert run(arena) == 0
+        ranges = sorted(map(tuple, arena[1:1 + 2 * arena[0]].reshape(-1, 2)))
+        assert [r[0] for r in ranges] == [0] + [r[1] for r in ranges[:-1]] and ranges[-1][1] == n, ranges
+        assert all(start % grain == 0 for start, _ in ranges), ranges
+        sizes = [-(-(stop - start) // grain) for start, stop in ranges]
+        forked = threads > 1 and pool.MAX_THREADS > 1 and units > 1
+        pieces = parallel.CHUNKS_PER_THREAD * min(threads, pool.MAX_THREADS)
+        chunks = -(-units // -(-units // pieces))   # as many as pieces of ⌈units / pieces⌉ units make
+        # (a pool backing off from a busy neighbour runs the region as one chunk)
+        assert len(ranges) in ({1, chunks} if forked else {1}), ranges
+        assert max(sizes) - min(sizes) <= 1, sizes
+
+
 # ── compiled programs: two Python threads at once, and a forked child ───────
 
 def _gemm_program():
