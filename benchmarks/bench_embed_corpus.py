@@ -8,10 +8,11 @@ ratio of rlx_llvm's throughput to each other runtime's at the same thread count 
 against one single-threaded rlx_llvm process (issue 17's bars: ≥ 1.7× for 2 × 1 workers, ≥ 2× PyTorch,
 ≥ 1.1× ONNX Runtime).  Each cluster runs in a phase of its own (started, warmed, timed in rounds against
 one 1-thread rlx process, shut down), as a user runs one of them: both clusters up at once put each one's
-idle daemons beside the other's runs.  Two Ray rows: `models.ray.embed` as it runs by default (Ray Data
+idle daemons beside the other's runs.  Three Ray rows: `models.ray.embed` as it runs by default (Ray Data
 tasks on Ray's pooled worker processes, which keep the encoder they loaded in the warm-up run, as Dask's
 workers do), and with `actors=True` (each run starts a pool of two `EncoderUDF` actors: their start is
-in the figure); both bring the vectors back as NumPy batches.
+in the figure); the tasks once more on a Dataset made with `op_resource_reservation_enabled = False`;
+all bring the vectors back as NumPy batches.
 Every runtime's vectors are checked against rlx_llvm's (min cosine printed).
 
 sentence-transformers and transformers are not dependencies: install them without touching torch/numpy
@@ -161,17 +162,26 @@ def ray_cluster(texts: list[str], workers: int):
     import ray
     from rlx_llvm.models.ray import embed
     ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)], override_num_blocks=workers)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    items = [{"id": i, "text": t} for i, t in enumerate(texts)]
+    ds = ray.data.from_items(items, override_num_blocks=workers)   # see the note at BATCH
+    # a Dataset keeps the DataContext it was made under: this one runs without Ray Data's per-operator
+    # reservation, which starts the second task ~1 s late (docs/embedding.md, "Ray Data's reservation")
+    context.op_resource_reservation_enabled = False
+    unreserved = ray.data.from_items(items, override_num_blocks=workers)
+    context.op_resource_reservation_enabled = True
 
-    def run(actors: bool):   # the vectors come back as a few NumPy batches (not row by row: take_all costs seconds of driver CPU)
-        out = embed(ds, column="text", concurrency=workers, threads_per_worker=1, batch_size=-(-len(texts) // workers),
-                    actors=actors)
+    def run(data, actors: bool):   # the vectors come back as a few NumPy batches (not row by row: take_all costs seconds of driver CPU)
+        out = embed(data, column="text", concurrency=workers, threads_per_worker=1,
+                    batch_size=-(-len(texts) // workers), actors=actors)
         batches = list(out.iter_batches(batch_size=None, batch_format="numpy"))
         ids = np.concatenate([b["id"] for b in batches])
         vectors = np.concatenate([np.stack(b["embedding"]) for b in batches])
         return vectors[np.argsort(ids)]
-    return {f"ray {workers}×1t": lambda: run(False), f"ray-actors {workers}×1t": lambda: run(True)}, ray.shutdown
+    return {f"ray {workers}×1t": lambda: run(ds, False),
+            f"ray {workers}×1t, no reservation": lambda: run(unreserved, False),
+            f"ray-actors {workers}×1t": lambda: run(ds, True)}, ray.shutdown
 
 
 def ratio_label(name: str, rate: dict[str, list[float]], single: int) -> str:
