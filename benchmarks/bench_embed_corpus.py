@@ -172,7 +172,8 @@ def ray_cluster(texts: list[str], workers: int):
     unreserved = ray.data.from_items(items, override_num_blocks=workers)
     context.op_resource_reservation_enabled = True
 
-    def run(data, actors: bool):   # the vectors come back as a few NumPy batches (not row by row: take_all costs seconds of driver CPU)
+    # the vectors come back as a few NumPy batches (not row by row: take_all costs seconds of driver CPU)
+    def run(data, actors: bool):
         out = embed(data, column="text", concurrency=workers, threads_per_worker=1,
                     batch_size=-(-len(texts) // workers), actors=actors)
         batches = list(out.iter_batches(batch_size=None, batch_format="numpy"))

@@ -2,8 +2,8 @@
 
 The region's body is emitted once into an outlined function `void <thunk>.par<K>(ptr data, i64
 chunk, i64 slot)` that runs chunk `chunk` of the region's near-equal chunks of whole `grain`s of
-items with the per-thread scratch of `slot`; the caller forks with `rlx_parallel(body, data, chunks, threads)`, which runs
-the chunks on the pool (the caller works too, and joins only the chunks workers claimed).  With
+items with the per-thread scratch of `slot`; the caller forks with `rlx_parallel(body, data,
+chunks, threads)`, which runs the chunks on the pool (the caller works too, and joins only the chunks workers claimed).  With
 `RLX_LLVM_RUNTIME=gomp` the same bodies run under libgomp's `GOMP_parallel` instead (for A/B runs).
 """
 from __future__ import annotations
@@ -22,8 +22,8 @@ from .toolkit import I32, I64, PTR, entry_alloca
 # The outlined body gets `[6 x ptr]`: arena, per-thread scratch base, a pointer to the i64
 # per-thread scratch stride (known only after the body is emitted), the caller's shared scratch
 # (where the thunk keeps its intermediates, `EmitContext.shared`), a pointer to the i64 pair
-# `[units per chunk, chunks with one more]` (known at run time, from the thread count), and — under GOMP only — a pointer to the
-# `[next chunk, chunks]` pair its threads claim from.  Array GEPs keep llvmlite's pointer types
+# `[units per chunk, chunks with one more]` (known at run time, from the thread count), and — under
+# GOMP only — a pointer to the `[next chunk, chunks]` pair its threads claim from.  Array GEPs keep llvmlite's pointer types
 # consistent where struct GEPs do not.
 #
 # No overlap: a thunk's scratch offsets only ever grow (a bump allocator, never reused), and the

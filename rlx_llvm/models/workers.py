@@ -15,7 +15,6 @@ from .sentence import SentenceEncoder
 
 _encoders: dict[str, SentenceEncoder] = {}
 _threads: int | None = None
-_loads = 0
 _lock = threading.Lock()
 
 
@@ -36,15 +35,13 @@ def worker_encoder(load_args: dict, threads: int | None) -> SentenceEncoder:
     with _lock:
         use_threads(threads)
         if key not in _encoders:
-            global _loads
             _encoders[key] = SentenceEncoder(**load_args)
-            _loads += 1
         return _encoders[key]
 
 
 def loads() -> int:
-    """How many encoders this process has loaded for `worker_encoder` (each `load_args` once)."""
-    return _loads
+    """How many encoders this process has loaded for `worker_encoder` (each `load_args` once, kept)."""
+    return len(_encoders)
 
 
 def use_threads(threads: int | None) -> None:
